@@ -1,0 +1,24 @@
+"""EAGLE-3 draft model: config, model code and training-time test (TTT)."""
+
+from .config import DrafterConfig
+from .model import Eagle3Drafter, causal_mask
+from .ttt import (
+    TTTOutput,
+    prepare_targets,
+    target_full_argmax,
+    ttt_attention_mask,
+    ttt_forward,
+    ttt_forward_naive,
+)
+
+__all__ = [
+    "DrafterConfig",
+    "Eagle3Drafter",
+    "TTTOutput",
+    "causal_mask",
+    "prepare_targets",
+    "target_full_argmax",
+    "ttt_attention_mask",
+    "ttt_forward",
+    "ttt_forward_naive",
+]

@@ -1,0 +1,151 @@
+"""Configuration of an EAGLE-3 draft model.
+
+The drafter is deliberately described by a plain dataclass rather than a
+transformers ``PretrainedConfig``: it is small, round-trips through JSON
+without surprises, and ``from_dict`` can refuse unknown keys (a silently
+ignored key is how a wrongly-wired checkpoint goes unnoticed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+_DEFAULT_ROPE_THETA = 10000.0
+
+
+@dataclass
+class DrafterConfig:
+    """Shape and behaviour of an :class:`~eaglewire.drafter.model.Eagle3Drafter`.
+
+    Fields mirror the official EAGLE-3 draft config (Llama-style names) plus the
+    EAGLE-specific ones:
+
+    * ``target_hidden_size`` / ``num_aux``: the fc input is the concatenation of
+      ``num_aux`` captured target tensors, width ``num_aux * target_hidden_size``.
+    * ``vocab_size`` is the *target* vocabulary (the frozen embedding);
+      ``draft_vocab_size`` the lm_head output (mapped back through ``d2t``).
+    * ``norm_before_residual``: the first layer's residual is the
+      ``hidden_norm``-ed hidden state instead of the raw one (some released
+      checkpoints were trained that way).
+    * ``fc_norm``: a *per-slot* RMSNorm on the fc input. Each of the
+      ``num_aux`` captured tensors is normalised on its own (they come from
+      different depths and their scales differ by orders of magnitude), with a
+      learned weight of width ``num_aux * target_hidden_size`` stored as
+      ``fc_norm.weight``. Off by default (the official layout has none).
+    * ``rope_scaling``: optional non-default RoPE parameters (a transformers
+      ``rope_parameters`` dict such as llama3 scaling); ``None`` = plain RoPE.
+    """
+
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    target_hidden_size: int
+    vocab_size: int
+    draft_vocab_size: int
+    num_aux: int = 3
+    num_layers: int = 1
+    norm_before_residual: bool = False
+    fc_norm: bool = False
+    tie_word_embeddings: bool = False
+    rope_scaling: dict[str, Any] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        self.rope_theta = float(self.rope_theta)
+        positive = (
+            "hidden_size", "intermediate_size", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "max_position_embeddings",
+            "target_hidden_size", "vocab_size", "draft_vocab_size", "num_aux",
+            "num_layers",
+        )
+        bad = [n for n in positive if int(getattr(self, n)) <= 0]
+        if bad:
+            raise ValueError(f"DrafterConfig fields must be positive: {bad}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.draft_vocab_size > self.vocab_size:
+            raise ValueError(
+                f"draft_vocab_size ({self.draft_vocab_size}) exceeds vocab_size ({self.vocab_size})"
+            )
+        if self.tie_word_embeddings and self.draft_vocab_size != self.vocab_size:
+            raise ValueError("tie_word_embeddings needs draft_vocab_size == vocab_size")
+
+    # ------------------------------------------------------------------ I/O
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict (a deep copy)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DrafterConfig:
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError`` naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown DrafterConfig keys: {unknown}")
+        return cls(**dict(data))
+
+    @classmethod
+    def from_target_config(
+        cls, hf_config: Any, draft_vocab_size: int, num_aux: int = 3, **overrides: Any
+    ) -> DrafterConfig:
+        """Derive a drafter config from the target's transformers config.
+
+        The drafter copies the target's attention geometry so that its embedding
+        (copied from the target) and RoPE behave like the target's. Works for
+        llama/qwen/mistral-style configs; multimodal configs are reduced to
+        their text config. Missing fields fall back: ``head_dim`` to
+        ``hidden // heads``, kv heads to heads, ``rope_theta`` from the
+        transformers-5 ``rope_parameters`` dict, else the legacy attribute,
+        else 10000. ``overrides`` win over derived values; unknown ones raise.
+        """
+        cfg = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+        hidden = int(cfg.hidden_size)
+        heads = int(cfg.num_attention_heads)
+        theta, scaling = _rope_from(cfg)
+        values: dict[str, Any] = {
+            "hidden_size": hidden,
+            "intermediate_size": int(getattr(cfg, "intermediate_size", None) or 4 * hidden),
+            "num_attention_heads": heads,
+            "num_key_value_heads": int(getattr(cfg, "num_key_value_heads", None) or heads),
+            "head_dim": int(getattr(cfg, "head_dim", None) or hidden // heads),
+            "rms_norm_eps": float(
+                getattr(cfg, "rms_norm_eps", None) or getattr(cfg, "layer_norm_eps", None) or 1e-6
+            ),
+            "rope_theta": theta,
+            "rope_scaling": scaling,
+            "max_position_embeddings": int(getattr(cfg, "max_position_embeddings", None) or 2048),
+            "target_hidden_size": hidden,
+            "vocab_size": int(cfg.vocab_size),
+            "draft_vocab_size": int(draft_vocab_size),
+            "num_aux": int(num_aux),
+        }
+        values.update(overrides)
+        return cls.from_dict(values)
+
+
+def _rope_from(cfg: Any) -> tuple[float, dict[str, Any] | None]:
+    """(rope_theta, non-default rope parameters or None) of a transformers config."""
+    params = getattr(cfg, "rope_parameters", None)
+    if isinstance(params, dict) and "full_attention" in params:  # per-layer-type dicts
+        params = params["full_attention"]
+    theta = None
+    scaling = None
+    if isinstance(params, dict):
+        theta = params.get("rope_theta")
+        if params.get("rope_type", "default") != "default":
+            scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+    if theta is None:
+        theta = getattr(cfg, "rope_theta", None)
+    if scaling is None:
+        legacy = getattr(cfg, "rope_scaling", None)
+        if isinstance(legacy, dict) and legacy.get("rope_type", legacy.get("type")) not in (
+            None, "default"
+        ):
+            scaling = dict(legacy)
+    return float(theta if theta is not None else _DEFAULT_ROPE_THETA), scaling

@@ -1,0 +1,98 @@
+"""Engine id conversions, checked against the conventions table and the issue's worked examples."""
+
+import pytest
+
+from eaglewire.errors import EaglewireError
+from eaglewire.points import (
+    EMBED,
+    FINAL_NORM,
+    Point,
+    eagle3_default,
+    id_lists,
+    ids_for_points,
+    layer_out,
+    points_from_ids,
+    sglang_version_warning,
+)
+
+
+def names(pts):
+    return [p.name for p in pts]
+
+
+def test_issue_example_l61():
+    pts = points_from_ids([2, 30, 58], "sglang", 61)
+    assert names(pts) == ["layers.2.out", "layers.30.out", "layers.58.out"]
+    assert ids_for_points(pts, "hf", 61) == [3, 31, 59]
+    assert ids_for_points(pts, "vllm", 61) == [3, 31, 59]
+    v = points_from_ids([2, 30, 58], "vllm", 61)
+    assert ids_for_points(v, "sglang", 61) == [1, 29, 57]
+
+
+def test_defaults_agree_across_engines():
+    # conventions §2: all engines' defaults land on HF [2, L//2, L-3]
+    for L in (8, 30, 32, 61):
+        d = eagle3_default(L)
+        assert ids_for_points(d, "hf", L) == [2, L // 2, L - 3]
+        assert ids_for_points(d, "vllm", L) == [2, L // 2, L - 3]
+        assert ids_for_points(d, "specforge", L) == [1, L // 2 - 1, L - 4]
+
+
+@pytest.mark.parametrize("L", [5, 30, 61])
+def test_round_trip_every_point_every_engine(L):
+    every = [EMBED] + [layer_out(k) for k in range(L)] + [FINAL_NORM]
+    for eng in ("hf", "sglang", "specforge", "vllm", "speculators"):
+        for p in every:
+            (i,) = ids_for_points([p], eng, L)
+            if i is None:
+                continue
+            assert points_from_ids([i], eng, L) == [p], (eng, p)
+
+
+def test_unexpressible_points_are_null_not_guessed():
+    L = 30
+    assert ids_for_points([EMBED], "sglang", L) == [None]
+    assert ids_for_points([layer_out(L - 1)], "sglang", L) == [None]
+    assert ids_for_points([FINAL_NORM], "vllm", L) == [None]
+    assert ids_for_points([layer_out(L - 1)], "hf", L) == [None]  # final pre-norm has no HF index
+    assert ids_for_points([layer_out(L - 1)], "vllm", L) == [L]
+    assert ids_for_points([FINAL_NORM], "hf", L) == [L]
+
+
+def test_seed_bug_shift():
+    # The seeds' wrong fix: a drafter trained on HF [3,31,59] (layers 2,30,58 out) served with
+    # vLLM-meaning ids [-1,2,30] -> vLLM reads [embed?] ... here: vLLM ids [0, 3, 31] are embed + two layers
+    assert names(points_from_ids([0, 3, 31], "vllm", 61)) == ["embed", "layers.2.out", "layers.30.out"]
+    with pytest.raises(EaglewireError):
+        points_from_ids([-1, 2, 30], "sglang", 61)
+
+
+def test_out_of_range_is_an_error():
+    for eng, ids in [("hf", [31]), ("vllm", [31]), ("sglang", [29]), ("sglang", [-1])]:
+        with pytest.raises(EaglewireError, match="out of range"):
+            points_from_ids(ids, eng, 30)
+    with pytest.raises(EaglewireError, match="30 layers"):
+        ids_for_points([layer_out(30)], "hf", 30)
+    with pytest.raises(EaglewireError, match="engine"):
+        points_from_ids([1], "tensorrt", 30)
+
+
+def test_newer_sglang_reading():
+    L = 30
+    # first id 1: newer SGLang skips the +1 -> one layer earlier than classic
+    assert names(points_from_ids([1, 14, 26], "sglang", L)) == ["layers.1.out", "layers.14.out", "layers.26.out"]
+    assert names(points_from_ids([1, 14, 26], "sglang-new", L)) == ["layers.0.out", "layers.13.out", "layers.25.out"]
+    assert sglang_version_warning([1, 14, 26], L) is not None
+    assert sglang_version_warning([2, 14, 26], L) is None
+    # first point layers.1.out cannot be written for newer SGLang
+    assert ids_for_points(eagle3_default(L), "sglang-new", L) == [None, None, None]
+    assert ids_for_points([layer_out(2), layer_out(9)], "sglang-new", L) == [2, 9]
+    lists = id_lists(eagle3_default(L), L)
+    assert lists["names"] == ["layers.1.out", "layers.14.out", "layers.26.out"]
+
+
+def test_point_names_parse_and_order():
+    assert Point.parse("layers.12.out") == layer_out(12)
+    assert sorted([FINAL_NORM, layer_out(3), EMBED, layer_out(1)]) == [EMBED, layer_out(1), layer_out(3), FINAL_NORM]
+    with pytest.raises(EaglewireError, match="expected"):
+        Point.parse("layer3")
