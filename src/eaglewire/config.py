@@ -65,7 +65,7 @@ def save_config(cfg, path: Path, extra: dict | None = None) -> None:
         data.update(extra)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
+    tmp.write_text(json.dumps(data, indent=2, default=_jsonable))
     tmp.replace(path)
 
 
@@ -123,3 +123,9 @@ def click_context():
     import click
 
     return click.get_current_context(silent=True)
+
+
+def _jsonable(o):
+    if dataclasses.is_dataclass(o):
+        return dataclasses.asdict(o)
+    return str(o)

@@ -11,9 +11,18 @@ from eaglewire.drafter import DrafterConfig, Eagle3Drafter, causal_mask
 
 def tiny_config(**overrides) -> DrafterConfig:
     base = dict(
-        hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=8, rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=128,
-        target_hidden_size=24, num_aux=3, vocab_size=97, draft_vocab_size=50,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=128,
+        target_hidden_size=24,
+        num_aux=3,
+        vocab_size=97,
+        draft_vocab_size=50,
     )
     base.update(overrides)
     return DrafterConfig(**base)
@@ -30,12 +39,22 @@ def tiny_model(seed: int = 0, **overrides) -> Eagle3Drafter:
 
 
 EXPECTED_KEYS = {
-    "embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d",
-    "midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight",
-    "midlayer.self_attn.v_proj.weight", "midlayer.self_attn.o_proj.weight",
-    "midlayer.mlp.gate_proj.weight", "midlayer.mlp.up_proj.weight",
-    "midlayer.mlp.down_proj.weight", "midlayer.input_layernorm.weight",
-    "midlayer.hidden_norm.weight", "midlayer.post_attention_layernorm.weight",
+    "embed_tokens.weight",
+    "fc.weight",
+    "norm.weight",
+    "lm_head.weight",
+    "d2t",
+    "t2d",
+    "midlayer.self_attn.q_proj.weight",
+    "midlayer.self_attn.k_proj.weight",
+    "midlayer.self_attn.v_proj.weight",
+    "midlayer.self_attn.o_proj.weight",
+    "midlayer.mlp.gate_proj.weight",
+    "midlayer.mlp.up_proj.weight",
+    "midlayer.mlp.down_proj.weight",
+    "midlayer.input_layernorm.weight",
+    "midlayer.hidden_norm.weight",
+    "midlayer.post_attention_layernorm.weight",
 }
 
 
@@ -92,11 +111,21 @@ def test_incremental_equals_batch(overrides):
     full, _ = model.step(ids, hidden, pos, None, causal_mask(t))
     cache, outs = None, []
     for i in range(t):
-        out, kv = model.step(ids[:, i : i + 1], hidden[:, i : i + 1], pos[:, i : i + 1], cache,
-                             causal_mask(1, past=i))
-        cache = kv if cache is None else [
-            (torch.cat([a, c], 2), torch.cat([b_, d], 2)) for (a, b_), (c, d) in zip(cache, kv)
-        ]
+        out, kv = model.step(
+            ids[:, i : i + 1],
+            hidden[:, i : i + 1],
+            pos[:, i : i + 1],
+            cache,
+            causal_mask(1, past=i),
+        )
+        cache = (
+            kv
+            if cache is None
+            else [
+                (torch.cat([a, c], 2), torch.cat([b_, d], 2))
+                for (a, b_), (c, d) in zip(cache, kv, strict=True)
+            ]
+        )
         outs.append(out)
     torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-10, atol=1e-10)
     assert full.dtype == torch.float64
@@ -118,8 +147,9 @@ def test_tree_mask_equals_separate_branches():
     tree_out, _ = model.step(tok, th, depth, prefix_kv, mask)
     for branch in ([0, 1, 3], [0, 2]):
         n = len(branch)
-        out, _ = model.step(tok[:, branch], th[:, branch], depth[:, branch], prefix_kv,
-                            causal_mask(n, past=p))
+        out, _ = model.step(
+            tok[:, branch], th[:, branch], depth[:, branch], prefix_kv, causal_mask(n, past=p)
+        )
         torch.testing.assert_close(out, tree_out[:, branch], rtol=1e-10, atol=1e-10)
 
 
@@ -143,8 +173,12 @@ def test_config_round_trip_and_unknown_keys():
 
 def test_from_target_config():
     llama = LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_attention_heads=8, num_key_value_heads=2,
-        vocab_size=300, rms_norm_eps=1e-5,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=300,
+        rms_norm_eps=1e-5,
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
     )
     cfg = DrafterConfig.from_target_config(llama, draft_vocab_size=100, num_layers=2)
@@ -152,8 +186,14 @@ def test_from_target_config():
     assert cfg.rope_theta == 500000.0 and cfg.rms_norm_eps == 1e-5
     assert (cfg.vocab_size, cfg.draft_vocab_size, cfg.target_hidden_size) == (300, 100, 64)
     assert cfg.num_layers == 2 and cfg.rope_scaling is None
-    qwen = Qwen3Config(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                       intermediate_size=96, vocab_size=200)
+    qwen = Qwen3Config(
+        hidden_size=48,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        vocab_size=200,
+    )
     cfg = DrafterConfig.from_target_config(qwen, draft_vocab_size=50)
     assert cfg.head_dim == 16
     Eagle3Drafter(cfg)  # heads*head_dim != hidden must still build

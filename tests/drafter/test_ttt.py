@@ -21,9 +21,18 @@ V, D, HT, A = 97, 50, 24, 3
 
 def make_model(seed=0, dtype=torch.float64, **overrides) -> Eagle3Drafter:
     cfg = dict(
-        hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=8, rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=128,
-        target_hidden_size=HT, num_aux=A, vocab_size=V, draft_vocab_size=D,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=128,
+        target_hidden_size=HT,
+        num_aux=A,
+        vocab_size=V,
+        draft_vocab_size=D,
     )
     cfg.update(overrides)
     torch.manual_seed(seed)
@@ -48,8 +57,14 @@ def make_batch(b=2, t=10, seed=0, dtype=torch.float64):
     if b > 1:
         attn[1, t - 3 :] = 0  # right padding
         loss_mask[1, t - 3 :] = 0
-    return dict(features=feats, input_ids=ids, target_hidden=th, target_head_weight=head,
-                loss_mask=loss_mask, attention_mask=attn)
+    return dict(
+        features=feats,
+        input_ids=ids,
+        target_hidden=th,
+        target_head_weight=head,
+        loss_mask=loss_mask,
+        attention_mask=attn,
+    )
 
 
 def _grads(model, out):
@@ -74,7 +89,7 @@ def test_efficient_matches_naive(steps, overrides):
     in_draft = model.t2d[argmax.argmax(-1)]
     assert in_draft.any() and not in_draft.all()
     torch.testing.assert_close(fast.loss, slow.loss, rtol=1e-5, atol=1e-12)
-    for a, b in zip(fast.step_losses, slow.step_losses):
+    for a, b in zip(fast.step_losses, slow.step_losses, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-12)
     assert [int(c) for c in fast.counts] == [int(c) for c in slow.counts]
     assert [int(c) for c in fast.correct] == [int(c) for c in slow.correct]
@@ -107,8 +122,11 @@ def test_right_padding_invariance_and_precomputed_argmax():
     model = make_model()
     batch = make_batch(b=1, t=8)
     base = ttt_forward(model, steps=3, **batch)
-    padded = {k: torch.nn.functional.pad(v, (0, 0, 0, 4) if v.dim() == 3 else (0, 4))
-              for k, v in batch.items() if k != "target_head_weight"}
+    padded = {
+        k: torch.nn.functional.pad(v, (0, 0, 0, 4) if v.dim() == 3 else (0, 4))
+        for k, v in batch.items()
+        if k != "target_head_weight"
+    }
     padded["target_head_weight"] = batch["target_head_weight"]
     out = ttt_forward(model, steps=3, **padded)
     torch.testing.assert_close(out.loss, base.loss, rtol=1e-10, atol=1e-12)

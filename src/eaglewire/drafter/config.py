@@ -59,9 +59,16 @@ class DrafterConfig:
     def __post_init__(self) -> None:
         self.rope_theta = float(self.rope_theta)
         positive = (
-            "hidden_size", "intermediate_size", "num_attention_heads",
-            "num_key_value_heads", "head_dim", "max_position_embeddings",
-            "target_hidden_size", "vocab_size", "draft_vocab_size", "num_aux",
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+            "target_hidden_size",
+            "vocab_size",
+            "draft_vocab_size",
+            "num_aux",
             "num_layers",
         )
         bad = [n for n in positive if int(getattr(self, n)) <= 0]
@@ -145,7 +152,8 @@ def _rope_from(cfg: Any) -> tuple[float, dict[str, Any] | None]:
     if scaling is None:
         legacy = getattr(cfg, "rope_scaling", None)
         if isinstance(legacy, dict) and legacy.get("rope_type", legacy.get("type")) not in (
-            None, "default"
+            None,
+            "default",
         ):
             scaling = dict(legacy)
     return float(theta if theta is not None else _DEFAULT_ROPE_THETA), scaling

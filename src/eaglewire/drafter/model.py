@@ -53,7 +53,9 @@ def _rotary(cfg: DrafterConfig) -> LlamaRotaryEmbedding:
         params = dict(cfg.rope_scaling)
         params.setdefault("rope_type", params.pop("type", "default"))
     params["rope_theta"] = cfg.rope_theta
-    max_pos = max(cfg.max_position_embeddings, int(params.get("original_max_position_embeddings", 0)))
+    max_pos = max(
+        cfg.max_position_embeddings, int(params.get("original_max_position_embeddings", 0))
+    )
     llama_cfg = LlamaConfig(
         hidden_size=cfg.num_attention_heads * cfg.head_dim,
         num_attention_heads=cfg.num_attention_heads,
@@ -136,7 +138,10 @@ class DrafterLayer(nn.Module):
         self.norm_before_residual = cfg.norm_before_residual
         self.self_attn = DrafterAttention(cfg, 2 * h if eagle else h)
         mlp_cfg = SimpleNamespace(
-            hidden_size=h, intermediate_size=cfg.intermediate_size, mlp_bias=False, hidden_act="silu"
+            hidden_size=h,
+            intermediate_size=cfg.intermediate_size,
+            mlp_bias=False,
+            hidden_act="silu",
         )
         self.mlp = LlamaMLP(mlp_cfg)
         self.input_layernorm = LlamaRMSNorm(h, eps=eps)

@@ -62,7 +62,10 @@ class TTTOutput:
     @property
     def acc(self) -> list[float]:
         """Per-step accuracy on this batch (syncs); 0.0 where nothing is counted."""
-        return [int(c) / int(n) if int(n) else 0.0 for c, n in zip(self.correct, self.counts)]
+        return [
+            int(c) / int(n) if int(n) else 0.0
+            for c, n in zip(self.correct, self.counts, strict=True)
+        ]
 
 
 @dataclass
@@ -202,7 +205,7 @@ def ttt_forward(
         else:
             cache = [
                 (torch.cat([ck, nk], dim=2), torch.cat([cv, nv], dim=2))
-                for (ck, cv), (nk, nv) in zip(cache, new_kv)
+                for (ck, cv), (nk, nv) in zip(cache, new_kv, strict=True)
             ]
         loss_k, correct, count = _step_loss(model, hidden, tg, 1 + k)
         out.loss = out.loss + decay**k * loss_k
@@ -251,8 +254,10 @@ def ttt_forward_naive(
             past = None
             if visible:
                 past = [
-                    (torch.cat([keys[v][li][0] for v in visible], 2),
-                     torch.cat([keys[v][li][1] for v in visible], 2))
+                    (
+                        torch.cat([keys[v][li][0] for v in visible], 2),
+                        torch.cat([keys[v][li][1] for v in visible], 2),
+                    )
                     for li in range(len(model.decoder_layers))
                 ]
             pos = torch.full((b, 1), t + k, dtype=torch.long, device=input_ids.device)
@@ -265,7 +270,17 @@ def ttt_forward_naive(
     return out
 
 
-def _naive_accumulate(model, out, hiddens, probs, argmax, loss_mask, attention_mask, k, decay):
+def _naive_accumulate(
+    model: Eagle3Drafter,
+    out: TTTOutput,
+    hiddens: list[torch.Tensor],  # T x [B, 1, H]
+    probs: torch.Tensor,  # [B, T, D]
+    argmax: torch.Tensor,  # [B, T]
+    loss_mask: torch.Tensor,  # [B, T]
+    attention_mask: torch.Tensor,  # [B, T]
+    k: int,
+    decay: float,
+) -> None:
     """Per-position soft CE for step k with explicit target index s = t + 1 + k."""
     t_len = len(hiddens)
     total = hiddens[0].new_zeros(())

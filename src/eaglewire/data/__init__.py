@@ -1,0 +1,1 @@
+"""Training data: prompt loading, self-generated prompts, loss masks and the draft vocabulary."""

@@ -1,0 +1,267 @@
+"""`eaglewire data ...`: prompts -> target responses -> features -> draft vocab."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from ..config import build_command, opt, save_config
+from ..errors import EaglewireError
+
+PROMPTS = "prompts.jsonl"
+RESPONSES = "responses.jsonl"
+
+
+@dataclass
+class GenerateConfig:
+    out: Path = opt(help="dataset directory (created)")
+    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
+    prompts: Path | None = opt(None, "JSONL of prompts, ShareGPT conversations or OpenAI messages")
+    self_prompts: int = opt(0, "number of prompts to sample from the target itself (Magpie-style)")
+    max_new_tokens: int = opt(256, "max tokens per regenerated answer")
+    temperature: float = opt(0.0, "0 = greedy answers")
+    top_p: float = opt(1.0, "nucleus sampling for answers when temperature > 0")
+    batch_size: int = opt(16, "generation batch size (left padding)")
+    seed: int = opt(0, "random seed (self-prompts and sampled answers)")
+    max_prompt_tokens: int = opt(1024, "prompts longer than this (in tokens, templated) are skipped and counted")
+    device: str = opt("auto", "auto, cpu, cuda, cuda:N")
+    dtype: str = opt("auto", "model dtype: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16")
+    resume: bool = opt(False, "continue an interrupted run in --out")
+    json: bool = opt(False, "print JSON")
+
+
+@dataclass
+class ExtractConfig:
+    data: Path = opt(help="dataset directory holding responses.jsonl", arg=True)
+    target: str = opt("default", "target (must be the one that generated the responses)")
+    points: list[str] = opt(help="capture points (repeat or comma-separate); default: the EAGLE-3 triple", factory=list)
+    store_dtype: str = opt("bf16", "feature storage dtype: fp32, bf16, fp16")
+    batch_tokens: int = opt(4096, "padded tokens per forward")
+    max_seq_len: int = opt(2048, "longer conversations are truncated (counted)")
+    shard_samples: int = opt(256, "samples per shard")
+    device: str = opt("auto", "auto, cpu, cuda, cuda:N")
+    dtype: str = opt("auto", "model dtype: auto, fp32, bf16, fp16")
+    resume: bool = opt(False, "continue an interrupted extraction")
+    json: bool = opt(False, "print JSON")
+
+
+@dataclass
+class VocabConfig:
+    data: Path = opt(help="dataset directory with finished features", arg=True)
+    size: int = opt(0, "draft vocab size; 0 = auto (8192, or the full vocab when smaller)")
+    json: bool = opt(False, "print JSON")
+
+
+@dataclass
+class BuildConfig:
+    out: Path = opt(help="dataset directory (created)")
+    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
+    prompts: Path | None = opt(None, "JSONL of prompts / ShareGPT / OpenAI messages")
+    self_prompts: int = opt(0, "number of prompts sampled from the target itself")
+    max_new_tokens: int = opt(256, "max tokens per regenerated answer")
+    temperature: float = opt(0.0, "answer sampling temperature (0 = greedy)")
+    top_p: float = opt(1.0, "nucleus sampling for answers")
+    batch_size: int = opt(16, "generation batch size")
+    seed: int = opt(0, "random seed")
+    max_prompt_tokens: int = opt(1024, "longer prompts are skipped and counted")
+    points: list[str] = opt(help="capture points; default: the EAGLE-3 triple", factory=list)
+    store_dtype: str = opt("bf16", "feature storage dtype: fp32, bf16, fp16")
+    batch_tokens: int = opt(4096, "padded tokens per extraction forward")
+    max_seq_len: int = opt(2048, "longer conversations are truncated (counted)")
+    shard_samples: int = opt(256, "samples per shard")
+    vocab_size: int = opt(0, "draft vocab size; 0 = auto")
+    device: str = opt("auto", "auto, cpu, cuda, cuda:N")
+    dtype: str = opt("auto", "model dtype: auto, fp32, bf16, fp16")
+    resume: bool = opt(False, "continue an interrupted build (finished stages are not redone)")
+    json: bool = opt(False, "print JSON")
+
+
+@dataclass
+class InfoConfig:
+    data: Path = opt(help="dataset directory", arg=True)
+    verify: bool = opt(True, "verify shard checksums")
+    json: bool = opt(False, "print JSON")
+
+
+def _load(cfg):
+    from ..device import resolve_device, resolve_dtype
+    from ..targets import load_target
+
+    dev = resolve_device(cfg.device)
+    return load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
+
+
+def _collect_prompts(cfg, target) -> tuple[list, dict]:
+    from .jsonl import read_jsonl, rewrite_jsonl
+    from .prompts import Conversation, dedupe, load_prompts, self_prompts
+
+    path = cfg.out / PROMPTS
+    if cfg.resume and path.exists():
+        return [Conversation(messages=r["messages"]) for r in read_jsonl(path)], {"resumed": True}
+    if cfg.prompts is None and cfg.self_prompts <= 0:
+        raise EaglewireError("give --prompts FILE or --self-prompts N")
+    convs, counts = [], {}
+    if cfg.prompts is not None:
+        loaded = load_prompts(cfg.prompts)
+        counts["loaded"] = len(loaded)
+        convs += loaded
+    if cfg.self_prompts > 0:
+        sp, sp_counts = self_prompts(target, cfg.self_prompts, seed=cfg.seed, batch_size=cfg.batch_size)
+        counts["self_prompts"] = sp_counts.__dict__ if hasattr(sp_counts, "__dict__") else sp_counts
+        convs += sp
+    convs, dropped = dedupe(convs)
+    counts.update(duplicates=dropped, unique=len(convs))
+    rewrite_jsonl(path, [{"index": i, "messages": c.messages} for i, c in enumerate(convs)])
+    return convs, counts
+
+
+def run_generate(cfg, target=None) -> dict:
+    from .generate import GenSettings, generate_responses
+
+    if (cfg.out / "manifest.json").exists() and not cfg.resume:
+        raise EaglewireError(f"{cfg.out}: already holds a dataset; pass --resume or choose a new --out")
+    if (cfg.out / RESPONSES).exists() and not cfg.resume:
+        raise EaglewireError(f"{cfg.out}: already holds responses; pass --resume or choose a new --out")
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    target = target or _load(cfg)
+    convs, counts = _collect_prompts(cfg, target)
+    s = GenSettings(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                    batch_size=cfg.batch_size, seed=cfg.seed, max_prompt_tokens=cfg.max_prompt_tokens)
+    stats = generate_responses(target, convs, cfg.out / RESPONSES, s, resume=cfg.resume)
+    res = {"prompts": counts, "responses": stats.done, "resumed": stats.resumed,
+           "skipped_empty": stats.skipped_empty, "skipped_long": stats.skipped_long,
+           "finish": stats.finish, "new_tokens": stats.new_tokens, "tokens_per_s": round(stats.tokens_per_s, 1),
+           "settings": s.as_dict()}
+    save_config(cfg, cfg.out / "generate.config.json", {"result": res})
+    return res
+
+
+def run_extract(cfg, target=None) -> dict:
+    from ..points import eagle3_default
+    from .extract import ExtractSettings, extract
+    from .jsonl import read_jsonl
+
+    rows = [r for r in read_jsonl(cfg.data / RESPONSES) if "messages" in r]
+    if not rows:
+        raise EaglewireError(f"{cfg.data / RESPONSES}: no responses (run `eaglewire data generate` first)")
+    target = target or _load(cfg)
+    names = [n for p in cfg.points for n in p.split(",") if n] or [p.name for p in eagle3_default(target.num_layers)]
+    gen_cfg = cfg.data / "generate.config.json"
+    gen = json.loads(gen_cfg.read_text()).get("result", {}).get("settings", {}) if gen_cfg.exists() else {}
+    s = ExtractSettings(points=names, dtype=cfg.store_dtype, batch_tokens=cfg.batch_tokens,
+                        max_seq_len=cfg.max_seq_len, shard_samples=cfg.shard_samples)
+    t0 = time.perf_counter()
+    man = extract(target, rows, cfg.data, s, gen, resume=cfg.resume)
+    save_config(cfg, cfg.data / "extract.config.json")
+    return {"num_samples": man["num_samples"], "num_tokens": man["num_tokens"], "points": man["points"]["names"],
+            "dropped": man["dropped"], "seconds": round(time.perf_counter() - t0, 1),
+            "tokens_per_s": round(man["extract_tokens_per_s"], 1)}
+
+
+def auto_vocab_size(vocab: int) -> int:
+    """8192 covers >97% of assistant tokens on the default target's data while cutting the
+    draft lm_head (the largest draft cost on CPU) 6x versus the full 49,152."""
+    return min(8192, vocab)
+
+
+def run_vocab(cfg) -> dict:
+    from .dataset import FeatureDataset
+    from .manifest import read_manifest, write_json_atomic
+    from .vocab import build_draft_vocab, count_tokens, save_vocab
+
+    man = read_manifest(cfg.data)
+    V = man["target"]["fingerprint"]["vocab_size"]
+    ds = FeatureDataset(cfg.data, verify=False)
+    ids = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
+    masks = [ds[i]["loss_mask"].int().tolist() for i in range(len(ds))]
+    counts = count_tokens(ids, masks, V)
+    size = cfg.size or auto_vocab_size(V)
+    vocab = build_draft_vocab(counts, size)
+    save_vocab(cfg.data, vocab)
+    man["vocab"] = {"size": size, "coverage": vocab.coverage, "num_distinct": int((counts > 0).sum())}
+    write_json_atomic(cfg.data / "manifest.json", man)
+    save_config(cfg, cfg.data / "vocab.config.json")
+    return man["vocab"]
+
+
+def run_build(cfg: BuildConfig) -> dict:
+    from ..config import config_from_dict
+
+    target = _load(cfg)
+    gen_keys = GenerateConfig.__dataclass_fields__
+    gcfg = config_from_dict(GenerateConfig, {k: getattr(cfg, k) for k in gen_keys})
+    res = {}
+    if not (cfg.resume and (cfg.out / "manifest.json").exists()):
+        res["generate"] = run_generate(gcfg, target)
+    ex = {k: getattr(cfg, k) for k in ExtractConfig.__dataclass_fields__ if k != "data"}
+    ecfg = config_from_dict(ExtractConfig, {**ex, "data": cfg.out})
+    man_path = cfg.out / "manifest.json"
+    if not (man_path.exists() and json.loads(man_path.read_text()).get("complete")):
+        res["extract"] = run_extract(ecfg, target)
+    res["vocab"] = run_vocab(VocabConfig(data=cfg.out, size=cfg.vocab_size))
+    save_config(cfg, cfg.out / "build.config.json")
+    return res
+
+
+def info(d: Path, verify: bool = True) -> dict:
+    from .manifest import manifest_hash, read_manifest, verify_shards
+
+    man = read_manifest(d)
+    if verify:
+        verify_shards(d, man)
+    return {
+        "path": str(d), "complete": man["complete"], "points": man["points"],
+        "num_samples": man["num_samples"], "num_tokens": man["num_tokens"], "num_loss_tokens": man["num_loss_tokens"],
+        "target": man["target"]["spec"], "target_fingerprint": man["target"]["fingerprint"],
+        "chat_template_sha": man["chat_template_sha"], "generation": man.get("generation"),
+        "store_dtype": man["extract"]["dtype"], "norm_stats": man.get("norm_stats"),
+        "vocab": man.get("vocab"), "num_shards": len(man["shards"]), "dropped": man.get("dropped"),
+        "manifest_sha": manifest_hash(d), "checksums_verified": verify,
+    }
+
+
+def _print(res: dict) -> None:
+    print(json.dumps(res, indent=2, default=str))
+
+
+def _human_info(r: dict) -> None:
+    print(f"dataset {r['path']} ({'complete' if r['complete'] else 'INCOMPLETE'}), manifest {r['manifest_sha']}")
+    print(f"  target      {r['target']}  fingerprint {r['target_fingerprint']}")
+    print(f"  samples     {r['num_samples']}  tokens {r['num_tokens']}  loss tokens {r['num_loss_tokens']}  shards {r['num_shards']} ({r['store_dtype']})")
+    p = r["points"]
+    print("  slot  point            hf  sglang  vllm  mean|x|")
+    for j, n in enumerate(p["names"]):
+        ns = (r["norm_stats"] or [{}] * len(p["names"]))[j]
+        print(f"  {j:>4}  {n:<15}{_s(p['hf_index'][j]):>4}{_s(p['sglang'][j]):>8}{_s(p['vllm'][j]):>6}  {ns.get('mean_norm', 0):.1f}")
+    if r["vocab"]:
+        print(f"  draft vocab {r['vocab']['size']}  coverage {r['vocab']['coverage']:.4f}")
+
+
+def _s(v) -> str:
+    return "null" if v is None else str(v)
+
+
+def register(app: typer.Typer) -> None:
+    data = typer.Typer(no_args_is_help=True, help="Build training data: prompts -> target responses -> features -> draft vocab.")
+
+    def out(fn):
+        def run(cfg):
+            res = fn(cfg)
+            if cfg.json:
+                print(json.dumps(res, indent=2, default=str))
+            else:
+                _human_info(info(getattr(cfg, "out", None) or cfg.data, verify=False)) if fn is not run_generate else _print(res)
+        return run
+
+    build_command(data, "generate", GenerateConfig, out(run_generate), "Regenerate answers with the target (batched, resumable).")
+    build_command(data, "extract", ExtractConfig, out(run_extract), "Capture target features into checksummed shards (resumable).")
+    build_command(data, "vocab", VocabConfig, out(run_vocab), "Build the draft vocabulary (d2t offsets, t2d mask) from loss-masked tokens.")
+    build_command(data, "build", BuildConfig, out(run_build), "generate + extract + vocab in one command.")
+    build_command(data, "info", InfoConfig,
+                  lambda c: (_print if c.json else _human_info)(info(c.data, c.verify)),
+                  "Show a dataset's provenance: target, points in every engine's ids, counts, vocab.")
+    app.add_typer(data, name="data")

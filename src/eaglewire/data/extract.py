@@ -1,0 +1,216 @@
+"""Capture target features for (prompt, target answer) conversations into shards.
+
+One forward per batch (right padding, so positions are exactly those of batch
+1) captures the configured points plus `final_norm`, from which training
+recomputes the target's distribution with the frozen lm_head. Shards are
+written under a temporary name and renamed, and the manifest is rewritten
+after each one, so a killed run resumed with `--resume` neither loses nor
+duplicates a sample.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from ..capture import capture
+from ..device import _DTYPES
+from ..errors import EaglewireError
+from ..points import FINAL_NORM, Point, id_lists
+from ..targets import chat_template_hash, target_fingerprint
+from .manifest import FORMAT_VERSION, MANIFEST, file_sha256, read_manifest, write_json_atomic
+
+_SHARD_DELAY = float(os.environ.get("EAGLEWIRE_SHARD_DELAY", "0"))
+
+
+@dataclass
+class ExtractSettings:
+    points: list[str]
+    dtype: str = "bf16"
+    batch_tokens: int = 4096
+    max_seq_len: int = 2048
+    shard_samples: int = 256
+
+
+def tokenize_rows(tokenizer, rows: list[dict], max_len: int) -> tuple[list, dict]:
+    """(index, input_ids, loss_mask) per usable row, and counts of what was dropped."""
+    from .lossmask import render_with_mask
+
+    out, counts = [], {"truncated": 0, "no_loss_tokens": 0}
+    for r in rows:
+        ids, mask = render_with_mask(tokenizer, r["messages"])
+        if len(ids) > max_len:
+            ids, mask = ids[:max_len], mask[:max_len]
+            counts["truncated"] += 1
+        if sum(mask) == 0:
+            counts["no_loss_tokens"] += 1
+            continue
+        out.append((r["index"], ids, mask))
+    return out, counts
+
+
+def _batches(items: list, batch_tokens: int):
+    cur, longest = [], 0
+    for it in items:
+        n = len(it[1])
+        if cur and max(longest, n) * (len(cur) + 1) > batch_tokens:
+            yield cur
+            cur, longest = [], 0
+        cur.append(it)
+        longest = max(longest, n)
+    if cur:
+        yield cur
+
+
+class _NormStats:
+    """Per-slot token-norm statistics, so `data info` and the doctor can spot a wrong slot."""
+
+    def __init__(self, names, restored: list[dict] | None = None):
+        self.names = names
+        self.sum = [r["sum_norm"] for r in restored] if restored else [0.0] * len(names)
+        self.max = [r["max_norm"] for r in restored] if restored else [0.0] * len(names)
+        self.n = restored[0]["num_tokens"] if restored else 0
+
+    def add(self, feats: torch.Tensor) -> None:  # [N, P, H]
+        norms = feats.float().norm(dim=-1)  # [N, P]
+        self.n += norms.shape[0]
+        for j in range(len(self.names)):
+            self.sum[j] += float(norms[:, j].sum())
+            self.max[j] = max(self.max[j], float(norms[:, j].max()))
+
+    def as_list(self) -> list[dict]:
+        return [{"slot": j, "point": n, "mean_norm": self.sum[j] / max(self.n, 1), "max_norm": self.max[j],
+                 "sum_norm": self.sum[j], "num_tokens": self.n} for j, n in enumerate(self.names)]
+
+
+def _new_manifest(target, pts: list[Point], s: ExtractSettings, gen: dict) -> dict:
+    return {
+        "format": "eaglewire-features", "format_version": FORMAT_VERSION, "complete": False,
+        "target": {"spec": target.spec, "path": str(target.path), "fingerprint": target_fingerprint(target)},
+        "points": id_lists(pts, target.num_layers),
+        "target_hidden": FINAL_NORM.name,
+        "chat_template_sha": chat_template_hash(target.tokenizer),
+        "generation": gen, "extract": dict(s.__dict__),
+        "shards": [], "num_samples": 0, "num_tokens": 0, "num_loss_tokens": 0,
+    }
+
+
+def _check_resume(old: dict, new: dict, out_dir: Path) -> None:
+    for key, what in (("target", "target"), ("points", "capture points"), ("chat_template_sha", "chat template"),
+                      ("extract", "extraction settings")):
+        a = old[key]["fingerprint"] if key == "target" else old[key]
+        b = new[key]["fingerprint"] if key == "target" else new[key]
+        if a != b:
+            raise EaglewireError(f"{out_dir}: --resume with a different {what} than the dataset there "
+                                 f"(stored {a}, requested {b}); use a new --out directory")
+
+
+def _write_shard(out_dir: Path, k: int, buf: list, sdtype) -> dict:
+    ids = torch.cat([torch.tensor(b[1], dtype=torch.int32) for b in buf])
+    lens = torch.tensor([len(b[1]) for b in buf])
+    tensors = {
+        "input_ids": ids,  # [N]
+        "loss_mask": torch.cat([torch.tensor(b[2], dtype=torch.uint8) for b in buf]),  # [N]
+        "features": torch.cat([b[3] for b in buf]).to(sdtype).contiguous(),  # [N, P, H]
+        "target_hidden": torch.cat([b[4] for b in buf]).to(sdtype).contiguous(),  # [N, H]
+        "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]),  # [n+1]
+        "sample_index": torch.tensor([b[0] for b in buf], dtype=torch.long),  # [n]
+    }
+    name = f"shard-{k:05d}.safetensors"
+    tmp = out_dir / f".{name}.tmp"
+    save_file(tensors, str(tmp))
+    tmp.replace(out_dir / name)
+    return {"file": name, "num_samples": len(buf), "num_tokens": int(ids.numel()),
+            "num_loss_tokens": int(tensors["loss_mask"].sum()), "indices": [b[0] for b in buf],
+            "bytes": (out_dir / name).stat().st_size, "sha256": file_sha256(out_dir / name)}
+
+
+def _prepare_out(out_dir: Path, man: dict, resume: bool) -> set[int]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if (out_dir / MANIFEST).exists():
+        if not resume:
+            raise EaglewireError(f"{out_dir}: already holds a dataset; pass --resume to continue it or choose a new --out")
+        old = read_manifest(out_dir)
+        _check_resume(old, man, out_dir)
+        man.update({k: old[k] for k in ("shards", "num_samples", "num_tokens", "num_loss_tokens")})
+        man["norm_stats"] = old.get("norm_stats")
+    listed = {s["file"] for s in man["shards"]}
+    for p in out_dir.glob("shard-*.safetensors"):
+        if p.name not in listed:  # written after the last manifest update: redo it
+            p.unlink()
+    for p in out_dir.glob(".shard-*.tmp"):
+        p.unlink()
+    return {i for s in man["shards"] for i in s["indices"]}
+
+
+def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: dict, resume: bool = False,
+            after_shard=None) -> dict:
+    """Capture features for `rows` ({index, messages}) into `out_dir`; returns the manifest."""
+    from ..points import parse_points
+
+    pts = parse_points(s.points, target.num_layers)
+    if s.dtype not in ("fp32", "bf16", "fp16"):
+        raise EaglewireError(f"--dtype {s.dtype!r}: expected fp32, bf16 or fp16")
+    sdtype = _DTYPES[s.dtype]
+    man = _new_manifest(target, pts, s, gen)
+    done = _prepare_out(out_dir, man, resume)
+    items, counts = tokenize_rows(target.tokenizer, [r for r in rows if r["index"] not in done], s.max_seq_len)
+    man["dropped"] = counts
+    stats = _NormStats([p.name for p in pts], man.get("norm_stats"))
+    buf, t0, ntok = [], time.perf_counter(), 0
+    bar = tqdm(total=sum(len(i[1]) for i in items), desc="extract", unit="tok", unit_scale=True, dynamic_ncols=True)
+    for batch in _batches(items, s.batch_tokens):
+        feats = _forward(target, batch, pts)
+        for (idx, ids, mask), (f, h) in zip(batch, feats):
+            buf.append((idx, ids, mask, f, h))
+        ntok += sum(len(b[1]) for b in batch)
+        bar.update(sum(len(b[1]) for b in batch))
+        while len(buf) >= s.shard_samples:
+            _flush(out_dir, man, buf[: s.shard_samples], sdtype, stats)
+            buf = buf[s.shard_samples:]
+            if after_shard:
+                after_shard(man)
+            if _SHARD_DELAY:  # lets crash tests kill a real run between shards
+                time.sleep(_SHARD_DELAY)
+    if buf:
+        _flush(out_dir, man, buf, sdtype, stats)
+    bar.close()
+    man["complete"] = True
+    man["extract_tokens_per_s"] = ntok / max(time.perf_counter() - t0, 1e-9)
+    write_json_atomic(out_dir / MANIFEST, man)
+    return man
+
+
+@torch.no_grad()
+def _forward(target, batch: list, pts: list[Point]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Right-padded forward; per sample ([n, P, H] features, [n, H] final-norm hidden) on CPU."""
+    want = pts + ([FINAL_NORM] if FINAL_NORM not in pts else [])
+    T = max(len(b[1]) for b in batch)
+    pad = target.tokenizer.pad_token_id
+    ids = torch.full((len(batch), T), pad, dtype=torch.long)
+    att = torch.zeros((len(batch), T), dtype=torch.long)
+    for j, (_, seq, _) in enumerate(batch):
+        ids[j, : len(seq)] = torch.tensor(seq)
+        att[j, : len(seq)] = 1
+    got = capture(target.model, ids.to(target.device), want, attention_mask=att.to(target.device))
+    slots = torch.stack([got[p.name] for p in pts], dim=2)  # [B, T, P, H]
+    fin = got[FINAL_NORM.name]  # [B, T, H]
+    return [(slots[j, : len(b[1])].cpu(), fin[j, : len(b[1])].cpu()) for j, b in enumerate(batch)]
+
+
+def _flush(out_dir: Path, man: dict, buf: list, sdtype, stats: _NormStats) -> None:
+    for b in buf:  # only what is on disk counts, so a resumed run never counts a sample twice
+        stats.add(b[3])
+    entry = _write_shard(out_dir, len(man["shards"]), buf, sdtype)
+    man["shards"].append(entry)
+    man["num_samples"] += entry["num_samples"]
+    man["num_tokens"] += entry["num_tokens"]
+    man["num_loss_tokens"] += entry["num_loss_tokens"]
+    man["norm_stats"] = stats.as_list()
+    write_json_atomic(out_dir / MANIFEST, man)

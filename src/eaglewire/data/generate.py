@@ -1,0 +1,145 @@
+"""Regenerate assistant answers with the target itself.
+
+EAGLE-3 trains on the target's own outputs: the drafter learns to predict
+what *this* target says, not what a dataset's author wrote. Generation is
+batched (left padding + attention mask: 10x+ the throughput of batch 1 on
+CPU) and resumable: finished samples are appended to `responses.jsonl` one
+batch at a time, and a restart skips them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .jsonl import JsonlAppender, read_jsonl, rewrite_jsonl
+
+
+@dataclass
+class GenSettings:
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    batch_size: int = 16
+    seed: int = 0
+    max_prompt_tokens: int = 1024
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class GenStats:
+    done: int = 0
+    skipped_empty: int = 0
+    skipped_long: int = 0
+    resumed: int = 0
+    new_tokens: int = 0
+    seconds: float = 0.0
+    finish: dict = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds else 0.0
+
+
+def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"]
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    for b, s in enumerate(seqs):
+        ids[b, T - len(s):] = torch.tensor(s)
+        mask[b, T - len(s):] = 1
+    return ids, mask  # [B, T], [B, T]
+
+
+@torch.no_grad()
+def generate_batch(target, prompts: list[list[int]], s: GenSettings, seed: int) -> list[tuple[list[int], str]]:
+    """Returns (new token ids without padding, finish reason) per prompt."""
+    tok, model = target.tokenizer, target.model
+    ids, mask = left_pad(prompts, tok.pad_token_id)
+    torch.manual_seed(seed)
+    sample = s.temperature > 0
+    out = model.generate(
+        input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
+        max_new_tokens=s.max_new_tokens, do_sample=sample,
+        temperature=s.temperature if sample else None, top_p=s.top_p if sample else None, top_k=None,
+        eos_token_id=target.eos_ids(), pad_token_id=tok.pad_token_id,
+    )
+    eos = set(target.eos_ids())
+    res = []
+    for row in out[:, ids.shape[1]:].tolist():
+        new = []
+        reason = "length"
+        for t in row:
+            new.append(t)
+            if t in eos:
+                reason = "eos"
+                break
+        res.append((new, reason))
+    return res
+
+
+def _pending(convs, done_idx: set[int], tokenizer, s: GenSettings, stats: GenStats):
+    from .prompts import prompt_turns
+
+    todo = []
+    for i, c in enumerate(convs):
+        if i in done_idx:
+            continue
+        msgs = prompt_turns(c)
+        ids = encode_prompt(tokenizer, msgs)
+        if len(ids) > s.max_prompt_tokens:
+            stats.skipped_long += 1
+            continue
+        todo.append((i, msgs, ids))
+    todo.sort(key=lambda x: len(x[2]))  # similar lengths per batch: less padding
+    return todo
+
+
+def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bool = False) -> GenStats:
+    """Write `responses.jsonl` rows {index, messages (with the target's answer), ...}."""
+    stats = GenStats()
+    rows = read_jsonl(out_path) if resume else []
+    if resume:
+        rewrite_jsonl(out_path, rows)  # drop a partial tail line left by a killed run
+    elif out_path.exists():
+        out_path.unlink()
+    done_idx = {r["index"] for r in rows}
+    stats.resumed = len(done_idx)
+    todo = _pending(convs, done_idx, target.tokenizer, s, stats)
+    writer = JsonlAppender(out_path)
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(todo), desc="generate", unit="sample", dynamic_ncols=True)
+    try:
+        for b in range(0, len(todo), s.batch_size):
+            chunk = todo[b: b + s.batch_size]
+            outs = generate_batch(target, [c[2] for c in chunk], s, seed=s.seed * 100003 + chunk[0][0])
+            for (i, msgs, pids), (new, reason) in zip(chunk, outs):
+                stats.new_tokens += len(new)
+                text = target.tokenizer.decode(new, skip_special_tokens=True).strip()
+                if not text:
+                    stats.skipped_empty += 1
+                    writer.write({"index": i, "skipped": "empty"})
+                    continue
+                stats.finish[reason] = stats.finish.get(reason, 0) + 1
+                stats.done += 1
+                writer.write({"index": i, "messages": msgs + [{"role": "assistant", "content": text}],
+                              "prompt_tokens": len(pids), "response_tokens": len(new), "finish": reason})
+            writer.flush()
+            stats.seconds = time.perf_counter() - t0
+            bar.update(len(chunk))
+            bar.set_postfix(tok_s=f"{stats.tokens_per_s:.0f}")
+    finally:
+        writer.close()
+        bar.close()
+    stats.seconds = time.perf_counter() - t0
+    return stats
