@@ -99,7 +99,7 @@ def build_command(app: typer.Typer, name: str, cls, run, help: str) -> None:
             info = typer.Option(default, flag, help=meta.get("help", ""))
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=info,
                                         annotation=_cli_type(hints[f.name])))
-    params.append(inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=typing.Optional[Path],
+    params.append(inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
                                     default=typer.Option(None, "--config", help="JSON file of these options (unknown keys rejected); flags given explicitly win")))
 
     def command(**kwargs):

@@ -1,0 +1,107 @@
+"""The target side of speculative decoding: KV cache, verify forward, selected-row logits.
+
+WHY a runner instead of ``model(...)``: a verify forward needs (a) a tree
+attention mask and tree position ids, (b) the captured features of every
+verified token, (c) logits only at the few rows the acceptance walk visits
+(the lm_head is the most expensive op of a small target), and (d) a cache
+from which the rejected tree entries can be removed even when the accepted
+path is not a contiguous tail (:meth:`keep`). The base model
+(``model.model``) is called without the lm_head; :meth:`logits` applies the
+head to the rows asked for through a oneDNN-prepacked weight.
+
+Tree masks are passed to transformers as a 4D bool mask ``[1, 1, N, P+N]``
+(True = may attend): ``create_causal_mask`` returns a 4D mask unchanged and
+the sdpa / eager attention functions use it as-is (checked on llama, qwen3,
+mistral and deepseek_v3/MLA in the tests).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from ..capture import capturing
+from ..points import Point
+from .fastlinear import FastLinear, packed_linears
+
+
+def base_model(model):
+    """The decoder stack without the lm_head (``model.model`` for *ForCausalLM)."""
+    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
+
+
+class TargetRunner:
+    """One sequence (batch 1) decoded by the target with a DynamicCache."""
+
+    def __init__(self, target, points: list[Point] | None = None, fast: bool = True):
+        self.target = target
+        self.model = target.model
+        self.base = base_model(self.model)
+        self.points = list(points or [])
+        self.fast = fast
+        head = self.model.get_output_embeddings()
+        self.head = FastLinear(head.weight, head.bias) if fast else head
+        self.softcap = getattr(self.model.config, "final_logit_softcapping", None)
+        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+
+    @property
+    def length(self) -> int:
+        """Tokens whose KV is in the cache (= position of the next token)."""
+        return self.cache.get_seq_length()
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [1, N]
+        position_ids: torch.Tensor | None = None,  # [1, N]; default: length .. length+N-1
+        tree_mask: torch.Tensor | None = None,  # bool [N, N] ancestor-or-self; None = causal
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Run N new tokens; return (post-norm hidden [1, N, H], features [1, N, A*H] or None)."""
+        past, n = self.length, input_ids.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(past, past + n, device=input_ids.device)[None]
+        mask = None
+        if tree_mask is not None:
+            prefix = torch.ones(n, past, dtype=torch.bool, device=input_ids.device)
+            mask = torch.cat([prefix, tree_mask.to(input_ids.device)], dim=1)[None, None]  # [1,1,N,P+N]
+        with capturing(self.model, self.points) as store, packed_linears(self.base, self.fast):
+            out = self.base(
+                input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
+                cache=self.cache, use_cache=True,
+            )
+        feats = None
+        if self.points:
+            feats = torch.cat([store[p.name] for p in self.points], dim=-1)  # [1, N, A*H]
+        return out.last_hidden_state, feats
+
+    @torch.inference_mode()
+    def logits(self, hidden_rows: torch.Tensor) -> torch.Tensor:
+        """Full-vocab fp32 logits ``[M, V]`` for post-norm hidden rows ``[M, H]``."""
+        z = self.head(hidden_rows).float()
+        if self.softcap:
+            z = torch.tanh(z / self.softcap) * self.softcap
+        return z
+
+    def keep(self, n_new: int, keep_idx: list[int]) -> None:
+        """Drop rejected entries among the last ``n_new`` cache rows.
+
+        ``keep_idx`` are indices into those rows (ascending). A contiguous
+        head of the block is a plain ``crop``; anything else is an
+        index_select per layer (tree paths skip rejected siblings).
+        """
+        drop = n_new - len(keep_idx)
+        if keep_idx == list(range(len(keep_idx))):
+            if drop:
+                self.cache.crop(-drop)
+            return
+        past = self.length - n_new
+        dev = self.cache.layers[0].keys.device
+        idx = torch.tensor(list(range(past)) + [past + i for i in keep_idx], device=dev)
+        for layer in self.cache.layers:
+            if getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.numel():
+                layer.keys = layer.keys.index_select(-2, idx)
+                layer.values = layer.values.index_select(-2, idx)
