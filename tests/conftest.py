@@ -54,3 +54,14 @@ def build_tiny_dataset(root, arch="llama", n=24, max_new_tokens=24, vocab_size=2
 @pytest.fixture(scope="session")
 def tiny_dataset(tmp_path_factory):
     return build_tiny_dataset(tmp_path_factory.mktemp("tinyds"))
+
+
+@pytest.fixture(scope="session")
+def tiny_drafter(tiny_dataset, tmp_path_factory):
+    """A briefly trained drafter on the tiny llama dataset: (checkpoint dir, dataset dir)."""
+    from eaglewire.train import TrainConfig, run_train
+
+    out = tmp_path_factory.mktemp("tinyrun")
+    run_train(TrainConfig(data=tiny_dataset, out=out, device="cpu", max_steps=150, batch_size=4, lr=3e-3,
+                          warmup_steps=5, ttt_steps=3, max_len=128, val_fraction=0.1, save_every=1000))
+    return out / "drafter", tiny_dataset

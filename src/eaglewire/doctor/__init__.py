@@ -1,0 +1,1 @@
+"""`eaglewire doctor`: find a hidden-state wiring bug in one command instead of days."""

@@ -1,0 +1,105 @@
+"""`eaglewire doctor {dataset,drafter,config,online}`: verdict table, --json, non-zero exit on problems."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from ..config import build_command, opt
+
+
+@dataclass
+class DatasetCfg:
+    data: Path = opt(help="dataset directory (ours or imported)", arg=True)
+    target: str = opt("", "target to recompute features with; default: the one in the manifest")
+    samples: int = opt(4, "samples to check")
+    device: str = opt("auto", "auto, cpu, cuda, cuda:N")
+    json: bool = opt(False, "print JSON")
+
+
+@dataclass
+class DrafterCfg:
+    ckpt: Path = opt(help="drafter checkpoint (eaglewire) or training run directory", arg=True)
+    data: Path = opt(help="dataset captured at the drafter's points")
+    target: str = opt("", "target (for its lm_head); default: the drafter's provenance")
+    samples: int = opt(32, "samples to evaluate")
+    depth: int = opt(5, "chain depth for the offline tau")
+    json: bool = opt(False, "print JSON")
+
+
+@dataclass
+class ConfigCfg:
+    drafter_dir: Path = opt(help="the draft model directory as deployed (config.json + weights)", arg=True)
+    engine: str = opt("sglang", "engine that will serve it: sglang, vllm, speculators")
+    engine_version: str = opt("classic", "sglang only: classic (+1 on every id) or new (no +1 when the first id is 1)")
+    trained_on: Path | None = opt(None, "eaglewire checkpoint the drafter came from (default: eaglewire.json in the dir)")
+    target: str = opt("", "serving target (gives L and the serving chat template)")
+    num_layers: int = opt(0, "target layers, when --target is not given")
+    json: bool = opt(False, "print JSON")
+
+
+def resolve_ckpt(p: Path) -> Path:
+    return p / "drafter" if (p / "drafter" / "config.json").is_file() else p
+
+
+def run_dataset(cfg: DatasetCfg) -> None:
+    from ..data.manifest import read_manifest
+    from ..device import resolve_device
+    from ..targets import load_target
+    from .dataset import doctor_dataset
+
+    man = read_manifest(cfg.data)
+    t = load_target(cfg.target or man["target"]["spec"], device=resolve_device(cfg.device))
+    rep = doctor_dataset(cfg.data, t, cfg.samples)
+    rep.print(cfg.json)
+    raise typer.Exit(rep.exit_code())
+
+
+def run_drafter(cfg: DrafterCfg) -> None:
+    from ..drafter.checkpoint import load_checkpoint
+    from ..targets import load_target
+    from .drafter import doctor_drafter
+
+    model, prov = load_checkpoint(resolve_ckpt(cfg.ckpt))
+    t = load_target(cfg.target or prov["target"]["spec"])
+    head_w = t.model.get_output_embeddings().weight.detach().float()
+    rep = doctor_drafter(model, prov, cfg.data, head_w, cfg.samples, cfg.depth)
+    rep.print(cfg.json)
+    raise typer.Exit(rep.exit_code())
+
+
+def run_config(cfg: ConfigCfg) -> None:
+    from ..drafter.checkpoint import read_provenance
+    from ..targets import chat_template_hash, load_target
+    from .config import doctor_config
+
+    prov = {}
+    src = resolve_ckpt(cfg.trained_on) if cfg.trained_on else cfg.drafter_dir
+    if (src / "eaglewire.json").is_file():
+        prov = read_provenance(src)
+    L = cfg.num_layers or prov.get("target_num_layers")
+    serving_sha = None
+    if cfg.target:
+        t = load_target(cfg.target)
+        L, serving_sha = t.num_layers, chat_template_hash(t.tokenizer)
+    engine = "sglang-new" if cfg.engine == "sglang" and cfg.engine_version == "new" else cfg.engine
+    rep = doctor_config(cfg.drafter_dir, engine, L, (prov.get("points") or {}).get("names"),
+                        prov.get("chat_template_sha"), serving_sha)
+    rep.print(cfg.json)
+    raise typer.Exit(rep.exit_code())
+
+
+def register(app: typer.Typer) -> None:
+    doc = typer.Typer(no_args_is_help=True, help="Find hidden-state wiring bugs: dataset slots, drafter, deployment config, online.")
+    build_command(doc, "dataset", DatasetCfg, run_dataset, "Identify which physical target tensor each stored feature slot holds.")
+    build_command(doc, "drafter", DrafterCfg, run_drafter, "Standalone drafter test: acc per TTT step, offline chain tau, d2t convention.")
+    build_command(doc, "config", ConfigCfg, run_config, "Which tensors will this engine feed the drafter? Compare with training and print the fix.")
+    try:
+        from .online import register_online
+
+        register_online(doc)
+    except ImportError:
+        pass
+    app.add_typer(doc, name="doctor")

@@ -1,0 +1,112 @@
+"""`doctor config`: what will this engine feed the drafter, and is it what it was trained on?
+
+Reads a deployment's draft config the way each engine does (which key, which
+meaning, which default when absent), converts to physical points, compares
+with the training provenance, and prints the exact key and value to set.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import EaglewireError
+from ..points import Point, eagle3_default, ids_for_points, points_from_ids, sglang_version_warning
+from .verdict import Report
+
+ENGINES = ("sglang", "sglang-new", "vllm", "speculators")
+
+
+def _ids(cfg: dict, engine: str) -> tuple[list[int] | None, str]:
+    """The ids this engine reads, and from which key (vLLM ignores the nested key upstream)."""
+    nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    top = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if engine.startswith("sglang"):
+        return nested, "eagle_config.eagle_aux_hidden_state_layer_ids"
+    return top, "eagle_aux_hidden_state_layer_ids"
+
+
+def _is_eagle3(cfg: dict, engine: str) -> tuple[bool, str]:
+    arch = " ".join(cfg.get("architectures") or [])
+    if cfg.get("speculators_model_type"):
+        return cfg["speculators_model_type"] == "eagle3", f"speculators_model_type={cfg['speculators_model_type']!r}"
+    if "Eagle3" in arch:
+        use_aux = (cfg.get("eagle_config") or {}).get("use_aux_hidden_state", True)
+        return bool(use_aux), f"architectures={arch!r}, use_aux_hidden_state={use_aux}"
+    return False, f"architectures={arch!r}"
+
+
+def engine_points(cfg: dict, engine: str, L: int) -> tuple[list[Point], str, list[int] | None]:
+    ids, key = _ids(cfg, engine)
+    if ids is None:
+        return eagle3_default(L), f"{key} absent: {engine} falls back to its default HF [2, L//2, L-3]", None
+    return points_from_ids(list(ids), engine, L), f"{key} = {list(ids)}", list(ids)
+
+
+def _fix_for(trained: list[Point], engine: str, L: int) -> str:
+    ids = ids_for_points(trained, engine, L)
+    key = _ids({}, engine)[1]
+    if any(i is None for i in ids):
+        return f"{engine} cannot capture {[p.name for p, i in zip(trained, ids) if i is None]}: retrain on capturable points"
+    where = "inside eagle_config" if engine.startswith("sglang") else "at the top level of config.json"
+    return f'set "{key.split(".")[-1]}": {ids} {where}'
+
+
+def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
+    from safetensors import safe_open
+
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        return
+    with safe_open(str(files[0]), framework="pt") as f:
+        keys = set(f.keys())
+    vocab, draft = cfg.get("vocab_size"), cfg.get("draft_vocab_size")
+    if draft and vocab and draft < vocab:
+        rep.add("d2t", "d2t" in keys, "present" if "d2t" in keys else
+                f"draft vocab {draft} < target vocab {vocab} but no d2t tensor: the engine maps draft ids as target ids",
+                "export with d2t (offsets: target = draft + d2t[draft])")
+    has_fc = any(k.endswith("fc.weight") for k in keys)
+    rep.add("fc", has_fc, "fc present (EAGLE-3 feature fusion)" if has_fc else "no fc weight: not an EAGLE-3 head",
+            "export the EAGLE-3 checkpoint including fc.weight")
+
+
+def doctor_config(d: Path, engine: str, L: int | None, trained: list[str] | None, trained_sha: str | None,
+                  serving_sha: str | None) -> Report:
+    rep = Report("config")
+    p = Path(d) / "config.json"
+    if not p.is_file():
+        raise EaglewireError(f"{d}: no config.json (expected a draft model directory)")
+    cfg = json.loads(p.read_text())
+    if engine not in ENGINES:
+        raise EaglewireError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if L is None:
+        raise EaglewireError("the target's number of layers is unknown: pass --target or --num-layers")
+    e3, why = _is_eagle3(cfg, engine)
+    rep.add("eagle3 head", e3, why, 'serve as EAGLE-3 (architectures ["LlamaForCausalLMEagle3"] / --speculative-algorithm EAGLE3); '
+            "as EAGLE-1 the fc over the 3 target features is skipped and tau falls to ~1")
+    fed, how, ids = engine_points(cfg, engine, L)
+    rep.data.update(engine=engine, engine_reads=how, fed=[q.name for q in fed], trained=trained)
+    if engine.startswith("vllm") or engine == "speculators":
+        nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        if nested is not None and cfg.get("eagle_aux_hidden_state_layer_ids") is None:
+            lucky = bool(trained) and [q.name for q in fed] == list(trained)
+            rep.add("key location", False, f"ids {nested} are only under eagle_config, which {engine} ignores"
+                    + (" (its default happens to match training)" if lucky else ""),
+                    _fix_for([Point.parse(n) for n in trained], engine, L) if trained else "move them to the top level",
+                    level="warning" if lucky else "error")
+    if trained:
+        ok = [q.name for q in fed] == list(trained)
+        rep.add("points", ok, f"{engine} feeds {[q.name for q in fed]} ({how}); trained on {list(trained)}",
+                _fix_for([Point.parse(n) for n in trained], engine, L))
+    else:
+        rep.add("points", False, f"{engine} feeds {[q.name for q in fed]}; training points unknown", "pass --trained-on CKPT", level="warning")
+    if engine.startswith("sglang") and ids:
+        w = sglang_version_warning(ids, L)
+        if w:
+            rep.add("sglang version", False, w, "pin the SGLang version, or use ids whose first entry is not 1", level="warning")
+    _check_weights(Path(d), cfg, rep)
+    if trained_sha and serving_sha:
+        rep.add("chat template", trained_sha == serving_sha,
+                f"training data used template {trained_sha}, serving uses {serving_sha}",
+                "serve with the chat template the data was generated with (or regenerate the data)")
+    return rep

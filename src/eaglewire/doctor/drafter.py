@@ -1,0 +1,90 @@
+"""`doctor drafter`: the standalone test, run exactly as training ran.
+
+Before anyone starts a server: per-TTT-step accuracy on dataset samples and
+an offline chain-drafting tau. The chain simulation needs no engine: in a
+chain draft the token fed at depth k is the drafter's own previous guess, and
+while the guesses match the target (the only case that matters for the
+accept length) that equals the ground-truth token that TTT feeds. So the
+accept length at position t is the number of leading depths whose draft
+argmax equals the target's argmax, read off one TTT-style unroll.
+
+It also checks the d2t convention: accuracy with d2t read as offsets (right)
+versus read as absolute ids (the seeds' 0%-accuracy deployment bug).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..data.dataset import FeatureDataset, collate
+from ..drafter.ttt import _shift_left, target_full_argmax, ttt_attention_mask
+from .verdict import Report
+
+
+@torch.no_grad()
+def unroll_predictions(model, batch: dict, head_w: torch.Tensor, depth: int):
+    """Draft argmax (draft ids) per depth k at every position t, and the target argmax at t+1+k."""
+    feats = batch["features"].float().flatten(2)  # [B, T, P*H]
+    ids = batch["input_ids"]
+    B, T = ids.shape
+    tgt = target_full_argmax(batch["target_hidden"].float(), head_w)  # [B, T]
+    valid = batch["loss_mask"] & batch["attention_mask"]  # [B, T]
+    hidden = model.project(feats)
+    cache, preds, targets, masks = None, [], [], []
+    for k in range(depth):
+        pos = torch.arange(T)[None] + k
+        hidden, new_kv = model.step(_shift_left(ids, 1 + k), hidden, pos, cache, ttt_attention_mask(T, k))
+        cache = new_kv if cache is None else [(torch.cat([a, c], 2), torch.cat([b, d], 2)) for (a, b), (c, d) in zip(cache, new_kv)]
+        preds.append(model.logits(hidden).argmax(-1))  # [B, T] draft ids
+        targets.append(_shift_left(tgt, 1 + k))
+        masks.append(_shift_left(valid.long(), 1 + k).bool())
+    return torch.stack(preds, -1), torch.stack(targets, -1), torch.stack(masks, -1)  # [B, T, depth]
+
+
+def chain_stats(model, ds, head_w, num_samples: int, depth: int, d2t_mode: str = "offsets") -> dict:
+    """acc per depth (masked top-1, as in training) and offline chain tau (accept + 1 bonus)."""
+    correct = torch.zeros(depth)
+    count = torch.zeros(depth)
+    accept_lengths = []
+    for i in range(0, min(num_samples, len(ds)), 4):
+        b = collate([ds[j] for j in range(i, min(i + 4, num_samples, len(ds)))])
+        pred, tgt, m = unroll_predictions(model, b, head_w, depth)
+        mapped = pred + model.d2t[pred] if d2t_mode == "offsets" else model.d2t[pred]
+        hit = (mapped == tgt) & m  # [B, T, depth]
+        correct += hit.sum(dim=(0, 1)).float()
+        count += m.sum(dim=(0, 1)).float()
+        start = m[..., 0]  # positions where a draft round could start
+        run = torch.cumprod(hit.long(), dim=-1).sum(-1)  # [B, T] leading matches
+        accept_lengths += run[start].tolist()
+    acc = (correct / count.clamp(min=1)).tolist()
+    hist = torch.bincount(torch.tensor(accept_lengths or [0]), minlength=depth + 1).tolist()
+    tau = 1.0 + (sum(accept_lengths) / len(accept_lengths) if accept_lengths else 0.0)
+    return {"acc": acc, "tau_chain": tau, "depth": depth, "accept_hist": hist, "positions": len(accept_lengths)}
+
+
+def doctor_drafter(model, prov: dict, data_dir, head_w: torch.Tensor, num_samples: int = 32, depth: int = 5) -> Report:
+    rep = Report("drafter")
+    ds = FeatureDataset(data_dir, verify=False)
+    man = ds.manifest
+    trained = prov.get("points", {}).get("names")
+    stored = man["points"].get("names")
+    same = trained == stored
+    rep.add("points", same or not trained or not stored,
+            f"drafter trained on {trained}, dataset holds {stored}",
+            "evaluate on a dataset captured at the drafter's points")
+    good = chain_stats(model, ds, head_w, num_samples, depth, "offsets")
+    as_ids = chain_stats(model, ds, head_w, num_samples, depth, "ids")
+    rep.data.update(offline=good, d2t_as_ids=as_ids)
+    rep.add("accuracy", good["acc"][0] >= 0.2, "acc per depth " + " ".join(f"{a:.3f}" for a in good["acc"]),
+            "the drafter predicts the target poorly: train longer, or check `doctor dataset` / the points")
+    rep.add("offline tau", good["tau_chain"] >= 1.3,
+            f"chain depth {depth}: tau {good['tau_chain']:.2f} (accepted+1 per verify step); serving should reach about this",
+            "tau near 1 means every draft is rejected: a wiring or training problem", level="warning")
+    d2t_nonzero = bool((model.d2t != 0).any())
+    if d2t_nonzero and as_ids["acc"][0] > good["acc"][0] + 0.1:
+        rep.add("d2t", False, f"acc_0 {good['acc'][0]:.3f} with d2t as offsets but {as_ids['acc'][0]:.3f} as absolute ids: "
+                "this checkpoint stores absolute target ids in d2t", "rewrite d2t as offsets: d2t[i] = target_id[i] - i")
+    else:
+        rep.add("d2t", True, f"offsets (acc_0 {good['acc'][0]:.3f}); an engine reading d2t as absolute ids would get "
+                f"acc_0 {as_ids['acc'][0]:.3f}" if d2t_nonzero else "identity (full vocab)")
+    return rep

@@ -1,0 +1,142 @@
+"""The seeds' bugs as regression tests: each caught, named and given the right fix; correct wiring passes."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from eaglewire.data.manifest import write_json_atomic
+from eaglewire.doctor.config import doctor_config
+from eaglewire.doctor.dataset import doctor_dataset
+from eaglewire.doctor.drafter import doctor_drafter
+from eaglewire.drafter.checkpoint import load_checkpoint, read_provenance
+from eaglewire.errors import EaglewireError
+from eaglewire.targets import chat_template_hash
+
+L = 8  # tiny targets
+
+
+def _check(rep, name):
+    return next(c for c in rep.checks if c.name == name)
+
+
+def _deploy(tmp_path, ckpt, mutate):
+    d = tmp_path / "deploy"
+    shutil.copytree(ckpt, d)
+    (d / "eaglewire.json").unlink()
+    cfg = json.loads((d / "config.json").read_text())
+    mutate(cfg)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def test_correct_wiring_passes_clean(tiny_drafter, tiny_targets):
+    ckpt, data = tiny_drafter
+    prov = read_provenance(ckpt)
+    rep = doctor_dataset(data, tiny_targets["llama"])
+    assert not rep.failed and all(c.ok for c in rep.checks)
+    model, prov = load_checkpoint(ckpt)
+    head = tiny_targets["llama"].model.get_output_embeddings().weight.float()
+    rep = doctor_drafter(model, prov, data, head, num_samples=16)
+    assert not rep.failed and rep.data["offline"]["tau_chain"] > 1.3
+    sha = chat_template_hash(tiny_targets["llama"].tokenizer)
+    rep = doctor_config(ckpt, "sglang", L, prov["points"]["names"], prov["chat_template_sha"], sha)
+    assert not rep.failed
+
+
+def test_a_drafter_served_with_embed_first_ids(tiny_drafter, tmp_path):
+    ckpt, _ = tiny_drafter
+    trained = read_provenance(ckpt)["points"]["names"]  # layers.1/3/4.out
+    d = _deploy(tmp_path, ckpt, lambda c: c.update(eagle_aux_hidden_state_layer_ids=[0, 2, 4]))  # vLLM: embed, l1, l3
+    rep = doctor_config(d, "vllm", L, trained, None, None)
+    c = _check(rep, "points")
+    assert rep.failed and not c.ok and "embed" in c.detail
+    assert c.fix == 'set "eagle_aux_hidden_state_layer_ids": [2, 4, 5] at the top level of config.json'
+
+
+def test_b_dataset_labels_wrong(tiny_drafter, tiny_targets, tmp_path):
+    _, data = tiny_drafter
+    d = tmp_path / "ds"
+    shutil.copytree(data, d)
+    man = json.loads((d / "manifest.json").read_text())
+    man["points"]["names"][0] = "embed"
+    write_json_atomic(d / "manifest.json", man)
+    rep = doctor_dataset(d, tiny_targets["llama"])
+    c = _check(rep, "slot 0")
+    assert rep.failed and not c.ok and "holds layers.1.out" in c.detail and "manifest says embed" in c.detail
+    assert _check(rep, "slot 1").ok
+
+
+def test_b2_unlabelled_foreign_dataset_is_identified(tiny_drafter, tiny_targets, tmp_path):
+    _, data = tiny_drafter
+    d = tmp_path / "ds"
+    shutil.copytree(data, d)
+    man = json.loads((d / "manifest.json").read_text())
+    man["points"]["names"] = [None, None, None]
+    write_json_atomic(d / "manifest.json", man)
+    rep = doctor_dataset(d, tiny_targets["llama"])
+    assert rep.data["identified"]["names"] == ["layers.1.out", "layers.3.out", "layers.4.out"]
+    assert rep.data["identified"]["vllm"] == [2, 4, 5]
+
+
+def test_c_d2t_read_as_absolute_ids(tiny_drafter, tiny_targets, tmp_path):
+    ckpt, data = tiny_drafter
+    model, prov = load_checkpoint(ckpt)
+    head = tiny_targets["llama"].model.get_output_embeddings().weight.float()
+    with torch.no_grad():
+        model.d2t.copy_(model.draft_target_ids())  # a tool that stored absolute ids
+    rep = doctor_drafter(model, prov, data, head, num_samples=16)
+    c = _check(rep, "d2t")
+    assert not c.ok and "absolute" in c.detail and "offsets" in c.fix
+    # and our loader refuses such a file outright when ids fall outside the vocab
+    from safetensors.torch import load_file, save_file
+
+    bad = tmp_path / "bad"
+    shutil.copytree(ckpt, bad)
+    sd = load_file(bad / "model.safetensors")
+    sd["d2t"] = sd["d2t"] + torch.arange(sd["d2t"].numel()) + 200
+    save_file(sd, str(bad / "model.safetensors"))
+    with pytest.raises(EaglewireError, match="OFFSETS"):
+        load_checkpoint(bad)
+
+
+def test_d_sglang_vllm_one_layer_shift(tiny_drafter, tmp_path):
+    ckpt, _ = tiny_drafter
+    trained = read_provenance(ckpt)["points"]["names"]
+    sg = json.loads((ckpt / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    d = _deploy(tmp_path, ckpt, lambda c: c.update(eagle_aux_hidden_state_layer_ids=sg))  # copied verbatim to vLLM
+    rep = doctor_config(d, "vllm", L, trained, None, None)
+    c = _check(rep, "points")
+    assert not c.ok and "layers.0.out" in c.detail and "[2, 4, 5]" in c.fix
+
+
+def test_e_served_as_eagle1(tiny_drafter, tmp_path):
+    ckpt, _ = tiny_drafter
+    trained = read_provenance(ckpt)["points"]["names"]
+    d = _deploy(tmp_path, ckpt, lambda c: c.update(architectures=["LlamaForCausalLMEagle"]))
+    rep = doctor_config(d, "sglang", L, trained, None, None)
+    c = _check(rep, "eagle3 head")
+    assert rep.failed and not c.ok and "EAGLE3" in c.fix
+
+
+def test_f_chat_template_differs(tiny_drafter, tiny_targets):
+    ckpt, _ = tiny_drafter
+    prov = read_provenance(ckpt)
+    other = chat_template_hash(tiny_targets["qwen3"].tokenizer)
+    rep = doctor_config(ckpt, "sglang", L, prov["points"]["names"], prov["chat_template_sha"], other)
+    assert rep.failed and not _check(rep, "chat template").ok
+
+
+def test_cli_exit_codes_and_json(tiny_drafter, tmp_path):
+    ckpt, data = tiny_drafter
+    r = subprocess.run([sys.executable, "-m", "eaglewire.cli", "doctor", "dataset", str(data), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ok"] is True
+    d = _deploy(tmp_path, ckpt, lambda c: c.update(eagle_aux_hidden_state_layer_ids=[1, 3, 4]))
+    r = subprocess.run([sys.executable, "-m", "eaglewire.cli", "doctor", "config", str(d), "--engine", "vllm",
+                        "--trained-on", str(ckpt)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "FAIL" in r.stdout and "[2, 4, 5]" in r.stdout
