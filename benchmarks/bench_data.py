@@ -1,0 +1,102 @@
+"""Data-stage benchmark: extraction vs bare forward, batched vs batch-1 generation.
+
+Measured side by side in one process on the same batches; prints a table and,
+with --json, a JSON result. Usage:
+    python benchmarks/bench_data.py [--target default] [--samples 32] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from eaglewire.data.extract import ExtractSettings, _batches, _forward, extract, tokenize_rows
+from eaglewire.data.generate import GenSettings, encode_prompt, generate_batch
+from eaglewire.points import eagle3_default
+from eaglewire.targets import load_target
+
+PROMPTS = ["Explain how rainbows form.", "Write a haiku about autumn.", "What is the capital of Japan?",
+           "Give me a recipe for pancakes.", "How do vaccines work?", "Describe a cat to someone who has never seen one.",
+           "Why do we have seasons?", "Write a limerick about a programmer."]
+
+
+def _rows(n: int) -> list[dict]:
+    txt = ("Sure! Here is a detailed answer that goes on for a while so that the sequence has a realistic length. " * 6).strip()
+    return [{"index": i, "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)] + f" ({i})"},
+                                      {"role": "assistant", "content": txt}]} for i in range(n)]
+
+
+@torch.no_grad()
+def bench_extract(t, n: int) -> dict:
+    pts = [p.name for p in eagle3_default(t.num_layers)]
+    rows = _rows(n)
+    s = ExtractSettings(points=pts, dtype="bf16", batch_tokens=4096)
+    items, _ = tokenize_rows(t.tokenizer, rows, 2048)
+    batches = list(_batches(items, s.batch_tokens))
+    ntok = sum(len(i[1]) for i in items)
+    t0 = time.perf_counter()
+    for b in batches:  # bare forward: full model with lm_head, same padded batches
+        T = max(len(x[1]) for x in b)
+        ids = torch.full((len(b), T), t.tokenizer.pad_token_id)
+        att = torch.zeros((len(b), T), dtype=torch.long)
+        for j, x in enumerate(b):
+            ids[j, : len(x[1])] = torch.tensor(x[1])
+            att[j, : len(x[1])] = 1
+        t.model(input_ids=ids, attention_mask=att, use_cache=False)
+    bare = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for b in batches:
+        _forward(t, b, [__import__("eaglewire.points", fromlist=["Point"]).Point.parse(p) for p in pts])
+    capture_only = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        extract(t, rows, Path(d), s, gen={})
+        full = time.perf_counter() - t0
+    return {"tokens": ntok, "bare_forward_tok_s": ntok / bare, "capture_tok_s": ntok / capture_only,
+            "extract_end_to_end_tok_s": ntok / full, "ratio_extract_vs_bare": bare / full,
+            "ratio_capture_vs_bare": bare / capture_only}
+
+
+def bench_generate(t, n: int, max_new: int, batch: int) -> dict:
+    prompts = [encode_prompt(t.tokenizer, [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]) for i in range(n)]
+    s = GenSettings(max_new_tokens=max_new, temperature=0.0)
+    res = {}
+    for bs in (1, batch):
+        toks, t0 = 0, time.perf_counter()
+        for i in range(0, n, bs):
+            for new, _ in generate_batch(t, prompts[i:i + bs], s, seed=0):
+                toks += len(new)
+        res[f"batch_{bs}_tok_s"] = toks / (time.perf_counter() - t0)
+    res["ratio_batched_vs_1"] = res[f"batch_{batch}_tok_s"] / res["batch_1_tok_s"]
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--target", default="default")
+    ap.add_argument("--samples", type=int, default=32)
+    ap.add_argument("--gen-prompts", type=int, default=16)
+    ap.add_argument("--gen-tokens", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    t = load_target(a.target)
+    out = {"target": a.target, "threads": torch.get_num_threads(), "extract": bench_extract(t, a.samples),
+           "generate": bench_generate(t, a.gen_prompts, a.gen_tokens, a.batch)}
+    if a.json:
+        print(json.dumps(out, indent=2))
+        return
+    e, g = out["extract"], out["generate"]
+    print(f"extraction ({e['tokens']} tokens): bare forward {e['bare_forward_tok_s']:.0f} tok/s, capture {e['capture_tok_s']:.0f} tok/s, "
+          f"end-to-end extract {e['extract_end_to_end_tok_s']:.0f} tok/s -> ratio {e['ratio_extract_vs_bare']:.2f} (goal >= 0.85)")
+    print(f"generation: batch 1 {g['batch_1_tok_s']:.1f} tok/s, batch {a.batch} {g[f'batch_{a.batch}_tok_s']:.1f} tok/s "
+          f"-> {g['ratio_batched_vs_1']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""`eaglewire demo`: the whole pipeline on the embedded default target, resumable stage by stage.
+
+prompts (self-generated) -> target answers -> features + draft vocab -> drafter
+(TTT) -> doctor -> benchmark on held-out prompts -> report.html / report.md.
+Each stage leaves a marker of completion in the run directory; an interrupted
+demo re-run continues the unfinished stage (data and training resume) and
+never redoes a finished one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import build_command, opt, save_config
+from .errors import EaglewireError
+
+# Held-out chat prompts for the benchmark: the training prompts are sampled from
+# the target itself, so these hand-written ones never appear in the data.
+BENCH_PROMPTS = [
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain how a refrigerator keeps food cold, in simple terms.",
+    "Give me five tips for studying effectively for an exam.",
+    "What are the main differences between a cat and a dog as pets?",
+    "Describe the water cycle step by step.",
+    "Write a polite email asking a colleague to review my report by Friday.",
+    "Why is exercise good for your health?",
+    "List three famous landmarks in Paris and say one thing about each.",
+]
+
+PRESETS = {
+    # ~15 minutes on the 2-core CPU machine: a small run, labelled as such in the report.
+    "quick": dict(self_prompts=160, max_new_tokens=160, train_epochs=6, batch_size=4, lr=1e-3,
+                  bench_prompts=4, bench_tokens=96),
+    # the recipe for the best tau this machine reaches in a few hours.
+    "standard": dict(self_prompts=1200, max_new_tokens=256, train_epochs=10, batch_size=4, lr=5e-4,
+                     bench_prompts=8, bench_tokens=160),
+}
+
+
+@dataclass
+class DemoConfig:
+    preset: str = opt("quick", "quick (~15 min on 2 CPU cores, a small run) or standard (a few hours, best tau here)")
+    target: str = opt("default", "target (the embedded SmolLM2-135M-Instruct by default)")
+    run_dir: Path | None = opt(None, "run directory (default: runs/demo-<preset>)")
+    device: str = opt("auto", "auto, cpu, cuda, cuda:N")
+    seed: int = opt(0, "seed for every stage")
+    json: bool = opt(False, "print the summary as JSON")
+
+
+def _stage(run: Path, name: str, fn, log: dict):
+    marker = run / "stages" / f"{name}.json"
+    if marker.exists():
+        log[name] = json.loads(marker.read_text())
+        print(f"[demo] {name}: done earlier (kept)")
+        return log[name]
+    print(f"[demo] {name} ...", flush=True)
+    t0 = time.perf_counter()
+    res = fn()
+    res = {"seconds": round(time.perf_counter() - t0, 1), **(res or {})}
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(res, indent=2, default=str))
+    log[name] = res
+    return res
+
+
+def _data(cfg: DemoConfig, p: dict, run: Path) -> dict:
+    from .data.cli import BuildConfig, run_build
+
+    out = run / "data"
+    return run_build(BuildConfig(out=out, target=cfg.target, self_prompts=p["self_prompts"],
+                                 max_new_tokens=p["max_new_tokens"], batch_size=16, seed=cfg.seed,
+                                 device=cfg.device, resume=out.exists()))
+
+
+def _train(cfg: DemoConfig, p: dict, run: Path) -> dict:
+    from .train import TrainConfig, run_train
+
+    out = run / "train"
+    return run_train(TrainConfig(data=run / "data", out=out, epochs=p["train_epochs"], batch_size=p["batch_size"],
+                                 lr=p["lr"], seed=cfg.seed, device=cfg.device, save_every=25, val_fraction=0.05,
+                                 resume=(out / "state").exists()))
+
+
+def _doctor(cfg: DemoConfig, run: Path) -> dict:
+    from .doctor.config import doctor_config
+    from .doctor.dataset import doctor_dataset
+    from .doctor.drafter import doctor_drafter
+    from .drafter.checkpoint import load_checkpoint
+    from .targets import chat_template_hash, load_target
+
+    t = load_target(cfg.target)
+    ck = run / "train" / "drafter"
+    model, prov = load_checkpoint(ck)
+    head = t.model.get_output_embeddings().weight.detach().float()
+    reps = [doctor_dataset(run / "data", t), doctor_drafter(model, prov, run / "data", head, num_samples=32)]
+    for eng in ("sglang", "vllm"):
+        reps.append(doctor_config(ck, eng, t.num_layers, prov["points"]["names"], prov["chat_template_sha"],
+                                  chat_template_hash(t.tokenizer)))
+    return {"reports": [r.to_dict() for r in reps]}
+
+
+def _bench(cfg: DemoConfig, p: dict, run: Path) -> dict:
+    from .spec.bench import run_bench
+
+    prompts = run / "bench_prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": q}) + "\n" for q in BENCH_PROMPTS[: p["bench_prompts"]]))
+    return run_bench(target=cfg.target, drafter=run / "train" / "drafter", prompts=prompts,
+                     max_new_tokens=p["bench_tokens"], out=run / "bench", device=cfg.device)
+
+
+def run_demo(cfg: DemoConfig) -> dict:
+    from .report import write_report
+
+    if cfg.preset not in PRESETS:
+        raise EaglewireError(f"--preset {cfg.preset!r}: expected one of {', '.join(PRESETS)}")
+    p = PRESETS[cfg.preset]
+    run = cfg.run_dir or Path("runs") / f"demo-{cfg.preset}"
+    run.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run / "demo.config.json", {"preset_values": p})
+    log: dict = {}
+    _stage(run, "data", lambda: _data(cfg, p, run), log)
+    _stage(run, "train", lambda: _train(cfg, p, run), log)
+    _stage(run, "doctor", lambda: _doctor(cfg, run), log)
+    _stage(run, "bench", lambda: _bench(cfg, p, run), log)
+    paths = write_report(run, cfg.preset, p, log)
+    return {"run_dir": str(run), **paths, "summary": summary(log)}
+
+
+def summary(log: dict) -> dict:
+    b = log.get("bench", {})
+    val = log.get("train", {}).get("validation", {})
+    return {"val_acc": val.get("acc"), "methods": {m["method"]: {k: m.get(k) for k in ("tokens_per_s", "speedup", "tau")}
+                                                     for m in b.get("methods", [])},
+            "doctor_ok": all(r["ok"] for r in log.get("doctor", {}).get("reports", []))}
+
+
+def register(app) -> None:
+    def run(cfg: DemoConfig) -> None:
+        res = run_demo(cfg)
+        if cfg.json:
+            print(json.dumps(res, indent=2, default=str))
+            return
+        s = res["summary"]
+        print("\n method            tok/s   speedup   tau")
+        for name, m in s["methods"].items():
+            tau = f"{m['tau']:.2f}" if m.get("tau") else "-"
+            print(f" {name:<16}{m['tokens_per_s']:>7.1f}{m['speedup']:>9.2f}x{tau:>6}")
+        print(f"\n doctor: {'all checks pass' if s['doctor_ok'] else 'PROBLEMS (see report)'}")
+        print(f" report: {res['report_html']}\n         {res['report_md']}")
+
+    build_command(app, "demo", DemoConfig, run, "Run the whole pipeline on the default target and write report.html/report.md.")

@@ -1,0 +1,49 @@
+"""`eaglewire data ...` end to end on a tiny target: build, info JSON, bad input."""
+
+import json
+import subprocess
+import sys
+
+from eaglewire.data.cli import info
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "eaglewire.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_info_json_keys(tiny_dataset):
+    r = _cli("data", "info", str(tiny_dataset), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    for k in ("points", "num_samples", "num_tokens", "target_fingerprint", "vocab"):
+        assert k in d
+    assert d["vocab"]["size"] == 200 and 0 < d["vocab"]["coverage"] <= 1
+    assert d["points"]["names"] == ["layers.1.out", "layers.3.out", "layers.4.out"]
+    assert d["points"]["sglang"] == [1, 3, 4] and d["points"]["vllm"] == [2, 4, 5]
+    assert d["generation"]["temperature"] == 0.0 and d["num_samples"] == 24
+    h = _cli("data", "info", str(tiny_dataset))
+    assert "layers.3.out" in h.stdout and "coverage" in h.stdout
+
+
+def test_build_reports_skips_and_refuses_malformed(tmp_path):
+    good = tmp_path / "p.jsonl"
+    long_prompt = "word " * 400
+    good.write_text("\n".join(json.dumps(x) for x in [
+        {"prompt": "Hello there"}, {"prompt": "Hello there"},  # duplicate
+        {"conversations": [{"from": "human", "value": "Tell me a joke"}, {"from": "gpt", "value": "No."}]},
+        {"messages": [{"role": "user", "content": "What is 2+2?"}]},
+        {"prompt": long_prompt},
+    ]) + "\n")
+    out = tmp_path / "ds"
+    r = _cli("data", "build", "--target", "tiny:qwen3", "--prompts", str(good), "--out", str(out), "--max-new-tokens", "8",
+             "--max-prompt-tokens", "128", "--vocab-size", "50", "--device", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["generate"]["prompts"]["duplicates"] == 1 and res["generate"]["skipped_long"] == 1
+    assert res["generate"]["responses"] == 3 and info(out)["num_samples"] == 3
+    r = _cli("data", "build", "--target", "tiny:qwen3", "--prompts", str(good), "--out", str(out), "--device", "cpu")
+    assert r.returncode == 2 and "already holds" in r.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"prompt": oops}\n')
+    r = _cli("data", "build", "--target", "tiny:qwen3", "--prompts", str(bad), "--out", str(tmp_path / "x"), "--device", "cpu")
+    assert r.returncode == 2 and f"{bad}:2" in r.stderr and "Traceback" not in r.stderr
