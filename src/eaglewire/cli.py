@@ -165,12 +165,7 @@ def _register_stages() -> None:
 
     for mod in ("eaglewire.data.cli", "eaglewire.train", "eaglewire.spec.cli", "eaglewire.export.cli",
                 "eaglewire.doctor.cli", "eaglewire.demo"):
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name and e.name.startswith("eaglewire"):
-                continue
-            raise
+        m = importlib.import_module(mod)
         m.register(app)
 
 

@@ -288,9 +288,19 @@ def _setup(cfg: TrainConfig, device):
 
     ds = FeatureDataset(cfg.data, max_len=cfg.max_len)
     man = ds.manifest
+    names = man["points"].get("names") or []
+    if not names or any(n is None for n in names):
+        raise EaglewireError(f"{cfg.data}: the feature slots have no physical labels ({names}); run "
+                             f"`eaglewire doctor dataset {cfg.data} --target T` to identify them, then re-import with --points")
+    if man.get("target_hidden", "final_norm") != "final_norm":
+        raise EaglewireError(f"{cfg.data}: target_hidden holds {man['target_hidden']!r}, training needs the final-norm output "
+                             "(re-import with --target so the final norm can be applied)")
+    fp = man["target"].get("fingerprint") or {}
+    if fp.get("unknown") and not cfg.target:
+        raise EaglewireError(f"{cfg.data}: the dataset does not record which target made it (imported); pass --target")
     spec = cfg.target or man["target"]["spec"]
     target = load_target(spec, device="cpu")
-    diff = fingerprint_mismatch(man["target"]["fingerprint"], target_fingerprint(target))
+    diff = [] if fp.get("unknown") else fingerprint_mismatch(fp, target_fingerprint(target))
     if diff:
         raise EaglewireError(f"{cfg.data}: dataset was made from another target than {spec!r} (fingerprint differs in {', '.join(diff)})")
     P, H = ds[0]["features"].shape[1:]

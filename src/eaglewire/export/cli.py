@@ -1,0 +1,48 @@
+"""Commands of the export stage: `export`, `import`, `data-import`.
+
+Warnings (e.g. SGLang versions reading the written ids differently) go both
+into the JSON result and to stderr, so neither a script nor a person misses them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _print(res: dict, as_json: bool, line: str) -> None:
+    for w in res.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
+    if as_json:
+        print(json.dumps(res, indent=2, default=str))
+    else:
+        print(line)
+
+
+def register(app) -> None:
+    from ..config import build_command
+    from .exporter import ExportConfig, run_export
+    from .foreign_data import DataImportConfig, run_data_import
+    from .importer import ImportConfig, run_import
+
+    def export(cfg: ExportConfig) -> None:
+        r = run_export(cfg)
+        ids = "no ids (hard-coded)" if r["ids"] is None else f"ids {r['ids']} in {r['ids_key']}"
+        _print(r, cfg.json, f"wrote {r['format']} drafter to {r['out']}: points {r['points']} -> {ids}")
+
+    def imp(cfg: ImportConfig) -> None:
+        r = run_import(cfg)
+        _print(r, cfg.json, f"imported {r['format']} drafter into {r['out']}: points {r['points']}"
+                            + "".join(f"\n  assumed: {a}" for a in r["assumed"]))
+
+    def data_import(cfg: DataImportConfig) -> None:
+        r = run_data_import(cfg)
+        _print(r, cfg.json, f"imported {r['num_samples']} samples ({r['num_tokens']} tokens) from {r['format']} "
+                            f"into {r['out']}: points {r['points']}")
+
+    build_command(app, "export", ExportConfig, export,
+                  "Export a drafter for SGLang/SpecForge, vLLM, speculators or the official EAGLE code.")
+    build_command(app, "import", ImportConfig, imp,
+                  "Import an SGLang/SpecForge, vLLM, speculators or official EAGLE drafter as an eaglewire checkpoint.")
+    build_command(app, "data-import", DataImportConfig, data_import,
+                  "Import speculators hidden-state files or SpecForge offline captures as an eaglewire dataset.")

@@ -1,0 +1,98 @@
+"""`eaglewire export`: write a trained drafter in a serving engine's layout.
+
+The ids written are computed from the physical capture points recorded in
+the checkpoint's provenance, through `eaglewire.points` and nothing else: the
+same drafter gets [1, 14, 26] for SGLang and [2, 15, 27] for vLLM because the
+two engines mean different tensors by the same integer.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetensors.torch import save_file
+
+from ..config import opt
+from ..drafter.checkpoint import load_checkpoint
+from ..errors import EaglewireError
+from ..points import ENGINE_HELP, ids_for_points, parse_points, sglang_version_warning
+from .formats import ID_ENGINE, ID_KEY, build_config, canonical, refusals, to_format_state
+
+RECORD = "eaglewire.export.json"
+
+
+@dataclass
+class ExportConfig:
+    ckpt: Path = opt(help="eaglewire drafter checkpoint directory (train's out/drafter)", arg=True)
+    format: str = opt(help="sglang (also SpecForge), vllm, speculators, eagle (official SafeAILab/EAGLE)")
+    out: Path = opt(help="output directory (must not exist unless --force)")
+    verifier: str = opt("", "speculators: verifier name_or_path to record (empty = null: speculators then loads nothing else)")
+    speculative_tokens: int = opt(3, "speculators: greedy proposal length recorded in speculators_config")
+    force: bool = opt(False, "replace --out if it exists")
+    json: bool = opt(False, "print JSON")
+
+
+def _verifier(spec: str) -> dict | None:
+    if not spec:
+        return None
+    p = Path(spec)
+    arch: list = []
+    if (p / "config.json").is_file():
+        arch = json.loads((p / "config.json").read_text()).get("architectures") or []
+    return {"name_or_path": spec, "architectures": arch}
+
+
+def _write_dir(out: Path, force: bool, files: dict) -> None:
+    """Atomic: a temp dir renamed into place, so a failed export never leaves half a layout."""
+    if out.exists() and not force:
+        raise EaglewireError(f"--out {out}: already exists (pass --force to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for name, content in files.items():
+            if isinstance(content, dict) and name.endswith(".safetensors"):
+                save_file(content, str(tmp / name), metadata={"format": "pt"})
+            else:
+                (tmp / name).write_text(json.dumps(content, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_export(cfg: ExportConfig) -> dict:
+    fmt = canonical(cfg.format)
+    model, prov = load_checkpoint(cfg.ckpt)
+    L = int(prov["target_num_layers"])
+    points = parse_points(prov["points"]["names"], L)
+    why = refusals(fmt, model.config, points, L)
+    if why:
+        raise EaglewireError(f"{cfg.ckpt}: cannot export to {fmt}: " + "; ".join(why))
+    ids = None if fmt == "eagle" else [int(i) for i in ids_for_points(points, ID_ENGINE[fmt], L)]
+    warnings = []
+    if fmt == "sglang":
+        w = sglang_version_warning(ids, L)
+        if w:
+            warnings.append(w)
+    if fmt == "speculators" and not cfg.verifier:
+        warnings.append("no --verifier: speculators_config.verifier.name_or_path is null, and speculators 0.9.0 "
+                        "Eagle3DraftModel.from_pretrained reads the verifier's config (it fails without one): "
+                        "pass --verifier with the target's HF id or local directory")
+    if fmt == "speculators" and model.config.fc_norm:
+        warnings.append("fc_norm is stored as speculators fc_norm.<i>.weight; vLLM's llama_eagle3.py (as read at "
+                        "00bd1493) has no fc_norm and would fail on these names: serve this one with speculators-aware vLLM only")
+    if prov.get("target_fingerprint") in (None, "unknown"):
+        warnings.append("the checkpoint's target is unknown (imported without --target): check the serving target yourself")
+    config = build_config(fmt, model.config, ids, _verifier(cfg.verifier), cfg.speculative_tokens)
+    tensors = to_format_state(fmt, model.config, model.state_dict())
+    record = {"source": str(cfg.ckpt), "format": fmt, "points": [p.name for p in points], "target_num_layers": L,
+              "ids": ids, "ids_meaning": ENGINE_HELP[ID_ENGINE[fmt]], "ids_key": ID_KEY[fmt], "warnings": warnings,
+              "target_fingerprint": prov.get("target_fingerprint")}
+    _write_dir(cfg.out, cfg.force, {"config.json": config, "model.safetensors": tensors, RECORD: record})
+    return {"out": str(cfg.out), **record, "num_tensors": len(tensors)}

@@ -1,0 +1,197 @@
+"""`eaglewire data-import`: speculators hidden-state files and SpecForge offline
+captures -> an eaglewire feature dataset (manifest.json + safetensors shards).
+
+What the foreign files hold (read from their source):
+
+* speculators 0.9.0 (hs_connectors FileTransfer, train/data.py ArrowDataset):
+  `DIR/hidden_states/hs_{i}.safetensors` with `hidden_states [T, K, H]` and
+  `token_ids [T]`; the first K-1 slots are the aux features, the last is the
+  target's final PRE-norm state (vLLM id L). The loss mask lives in the Arrow
+  dataset at DIR (`datasets.save_to_disk`), column `loss_mask`.
+* SpecForge (scripts/prepare_hidden_states.py): `DIR/rows_*/data_{i}.ckpt`,
+  a torch.save dict with `input_ids [T]`, `loss_mask [T]`,
+  `aux_hidden_state [1, T, P*H]` (SGLang capture order) and `hidden_state
+  [1, T, H]`, the final POST-norm state (the logits processor's input).
+
+Neither stores which layers were captured, so the points are recorded as
+unknown (`names: [null, ...]`) unless the user states them. eaglewire trains
+against the final post-norm state; speculators files lack it, so with
+--target the target's final norm is applied to the stored pre-norm state
+(exact up to the stored dtype), and without it the pre-norm state is stored
+and the manifest says so (`target_hidden`): training on it as-is would
+compute the soft targets from the wrong tensor.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from ..config import opt
+from ..data.manifest import FORMAT_VERSION, MANIFEST, write_json_atomic
+from ..errors import EaglewireError
+from ..points import ENGINES, FINAL_NORM, id_lists, parse_points, points_from_ids
+from .weights import load_pickle_weights
+
+
+@dataclass
+class DataImportConfig:
+    src: Path = opt(help="speculators data dir (hidden_states/hs_*.safetensors) or SpecForge output dir (rows_*/data_*.ckpt)", arg=True)
+    out: Path = opt(help="eaglewire dataset directory to write (must not exist)")
+    format: str = opt("auto", "auto, speculators, specforge")
+    points: list[str] = opt(help="physical points the features are (embed, layers.<k>.out, final_norm); default unknown", factory=list)
+    layers_from: str = opt("", f"engine meaning of --ids ({', '.join(ENGINES)})")
+    ids: list[int] = opt(help="layer ids of the features in --layers-from's meaning", factory=list)
+    target: str = opt("", "target that produced the states: layer count, fingerprint, final norm for speculators files")
+    target_layers: int = opt(0, "the target's layer count when --target is not given (to resolve --ids/--points)")
+    all_loss: bool = opt(False, "speculators without pyarrow: train on every token (loss_mask = 1), stated in the manifest")
+    shard_samples: int = opt(64, "samples per shard")
+    json: bool = opt(False, "print JSON")
+
+
+_NUM = re.compile(r"(\d+)")
+
+
+def _index(p: Path) -> int:
+    return int(_NUM.findall(p.stem)[-1])
+
+
+def detect(src: Path) -> str:
+    if list(src.glob("hidden_states/hs_*.safetensors")) or list(src.glob("hs_*.safetensors")):
+        return "speculators"
+    if list(src.glob("rows_*/data_*.ckpt")) or list(src.glob("data_*.ckpt")):
+        return "specforge"
+    raise EaglewireError(f"{src}: neither speculators hidden-state files (hidden_states/hs_<i>.safetensors) "
+                         "nor SpecForge captures (rows_*/data_<i>.ckpt)")
+
+
+def _arrow_loss_masks(src: Path) -> list | None:
+    """loss_mask column of the speculators Arrow dataset, or None when pyarrow is missing."""
+    try:
+        import pyarrow.ipc as ipc
+    except ImportError:
+        return None
+    files = sorted(src.glob("data-*.arrow"), key=lambda p: p.name)
+    if not files:
+        raise EaglewireError(f"{src}: no Arrow dataset (data-*.arrow) with the loss masks; pass --all-loss to train on every token")
+    masks: list = []
+    for f in files:
+        with open(f, "rb") as fh:
+            masks += ipc.open_stream(fh).read_all().column("loss_mask").to_pylist()
+    return masks
+
+
+def _speculators_samples(src: Path, all_loss: bool):
+    files = sorted(list(src.glob("hidden_states/hs_*.safetensors")) + list(src.glob("hs_*.safetensors")), key=_index)
+    masks = None if all_loss else _arrow_loss_masks(src)
+    if masks is None and not all_loss:
+        raise EaglewireError("speculators loss masks live in an Arrow dataset and pyarrow is not installed: "
+                             "pip install pyarrow, or pass --all-loss to train on every token")
+    for f in files:
+        i = _index(f)
+        with safe_open(str(f), framework="pt") as h:
+            hs, ids = h.get_tensor("hidden_states"), h.get_tensor("token_ids")
+        if hs.dim() != 3 or hs.shape[0] != ids.shape[0] or hs.shape[1] < 2:
+            raise EaglewireError(f"{f}: hidden_states {list(hs.shape)} is not [T={ids.shape[0]}, K>=2, H]")
+        mask = torch.ones(ids.shape[0], dtype=torch.uint8) if masks is None else torch.tensor(masks[i], dtype=torch.uint8)
+        if mask.shape[0] != ids.shape[0]:
+            raise EaglewireError(f"{f}: {ids.shape[0]} tokens but the dataset's loss_mask row {i} has {mask.shape[0]}")
+        yield i, ids.long(), mask, hs[:, :-1], hs[:, -1]
+
+
+def _specforge_samples(src: Path):
+    files = sorted(list(src.glob("rows_*/data_*.ckpt")) + list(src.glob("data_*.ckpt")), key=_index)
+    for f in files:
+        d = load_pickle_weights(f)
+        if "aux_hidden_state" not in d:
+            raise EaglewireError(f"{f}: no aux_hidden_state (captured without --enable-aux-hidden-states: EAGLE-1 data)")
+        ids = d["input_ids"].reshape(-1).long()
+        aux, last = d["aux_hidden_state"].reshape(ids.shape[0], -1), d["hidden_state"].reshape(ids.shape[0], -1)
+        H = last.shape[-1]
+        if aux.shape[-1] % H:
+            raise EaglewireError(f"{f}: aux_hidden_state width {aux.shape[-1]} is not a multiple of hidden {H}")
+        yield _index(f), ids, d["loss_mask"].reshape(-1).to(torch.uint8), aux.view(ids.shape[0], -1, H), last
+
+
+def _points_section(cfg: DataImportConfig, P: int, L: int | None) -> dict:
+    if cfg.points or cfg.ids:
+        if not L:
+            raise EaglewireError("--points/--ids need the target's layer count: pass --target or --target-layers")
+        if cfg.ids and not cfg.layers_from:
+            raise EaglewireError("--ids needs --layers-from ENGINE (the engine meaning of the ids)")
+        names = [n for p in cfg.points for n in p.split(",") if n]
+        pts = parse_points(names, L) if names else points_from_ids(cfg.ids, cfg.layers_from, L)
+        if len(pts) != P:
+            raise EaglewireError(f"{len(pts)} points stated but the files hold {P} feature slots")
+        return {**id_lists(pts, L), "stated_by": "user"}
+    keys = ("names", "hf_index", "sglang", "sglang_new", "specforge", "vllm", "speculators")
+    return {**{k: [None] * P for k in keys}, "stated_by": "unknown"}
+
+
+def _final_norm(cfg: DataImportConfig):
+    """(layer count, fingerprint, final norm module or None) from --target."""
+    if not cfg.target:
+        return (cfg.target_layers or None), None, None, None
+    from ..targets import chat_template_hash, load_target, target_fingerprint
+
+    t = load_target(cfg.target, device="cpu")
+    return t.num_layers, target_fingerprint(t), t.model.model.norm, chat_template_hash(t.tokenizer)
+
+
+def run_data_import(cfg: DataImportConfig) -> dict:
+    src, out = Path(cfg.src), Path(cfg.out)
+    if (out / MANIFEST).exists():
+        raise EaglewireError(f"{out}: already holds a dataset; choose a new --out")
+    fmt = detect(src) if cfg.format == "auto" else cfg.format
+    if fmt not in ("speculators", "specforge"):
+        raise EaglewireError(f"--format {fmt!r}: expected auto, speculators or specforge")
+    L, fp, norm, tpl = _final_norm(cfg)
+    samples = _speculators_samples(src, cfg.all_loss) if fmt == "speculators" else _specforge_samples(src)
+    out.mkdir(parents=True, exist_ok=True)
+    notes, th = [], FINAL_NORM.name
+    if fmt == "speculators":
+        if norm is not None:
+            notes.append("target_hidden = the target's final norm applied to the stored final pre-norm state")
+        else:
+            th = f"layers.{L - 1}.out" if L else "final_prenorm"
+            notes.append("speculators files hold the final PRE-norm state and no --target was given to apply the "
+                         "final norm: target_hidden is pre-norm, training needs final_norm (re-import with --target)")
+    if cfg.all_loss:
+        notes.append("loss_mask = 1 on every token (--all-loss): the original assistant-only mask was not read")
+    man = {"format": "eaglewire-features", "format_version": FORMAT_VERSION, "complete": False,
+           "target": {"spec": cfg.target or None, "path": None, "fingerprint": fp or {"num_layers": L, "unknown": True}},
+           "target_hidden": th, "chat_template_sha": tpl, "generation": {"imported_from": str(src), "format": fmt},
+           "extract": {"imported": True, "notes": notes}, "shards": [], "num_samples": 0, "num_tokens": 0,
+           "num_loss_tokens": 0}
+    buf, P = [], None
+    for idx, ids, mask, feats, last in samples:
+        if norm is not None:
+            with torch.no_grad():
+                last = norm(last.float()).to(last.dtype)
+        P = P or feats.shape[1]
+        buf.append((idx, ids.tolist(), mask.tolist(), feats, last))
+        if len(buf) >= cfg.shard_samples:
+            _flush(out, man, buf)
+            buf = []
+    if buf:
+        _flush(out, man, buf)
+    if not P:
+        raise EaglewireError(f"{src}: no samples found")
+    man["points"] = _points_section(cfg, P, L)
+    man["complete"] = True
+    write_json_atomic(out / MANIFEST, man)
+    return {"out": str(out), "format": fmt, "points": man["points"]["names"], "num_samples": man["num_samples"],
+            "num_tokens": man["num_tokens"], "target_hidden": th, "warnings": notes}
+
+
+def _flush(out: Path, man: dict, buf: list) -> None:
+    from ..data.extract import _write_shard
+
+    entry = _write_shard(out, len(man["shards"]), buf, buf[0][3].dtype)
+    man["shards"].append(entry)
+    for k in ("num_samples", "num_tokens", "num_loss_tokens"):
+        man[k] += entry[k]

@@ -1,0 +1,192 @@
+"""The four serving layouts: what each can express, its config and its tensor names.
+
+Each rule below was read from the engine's own source (see tests/export/
+test_engine_rules.py for paths and commits). The point of writing them down in
+one place is that an export either produces exactly what the engine loads, or
+refuses and says why; a loader that silently drops an unknown key or falls
+back to default layer ids is how drafters end up served with random weights
+or shifted features.
+
+Format names: ``sglang`` (also SpecForge), ``vllm``, ``speculators``,
+``eagle`` (the official SafeAILab/EAGLE repository).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from ..drafter import DrafterConfig
+from ..errors import EaglewireError
+from ..points import Point, eagle3_default, ids_for_points
+
+FORMATS = ("sglang", "vllm", "speculators", "eagle")
+ALIASES = {"specforge": "sglang", "official": "eagle"}
+# Engine meaning of the ids each format stores (points.ENGINES keys).
+ID_ENGINE = {"sglang": "sglang", "vllm": "vllm", "speculators": "speculators", "eagle": "eagle"}
+ID_KEY = {"sglang": "eagle_config.eagle_aux_hidden_state_layer_ids",
+          "vllm": "eagle_aux_hidden_state_layer_ids (top level)",
+          "speculators": "eagle_aux_hidden_state_layer_ids (top level)",
+          "eagle": "none (hard-coded HF [2, L//2, L-3])"}
+
+
+def canonical(fmt: str) -> str:
+    f = ALIASES.get(fmt, fmt)
+    if f not in FORMATS:
+        raise EaglewireError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)} (or specforge, official)")
+    return f
+
+
+# --- what a format can express --------------------------------------------------
+
+
+def refusals(fmt: str, cfg: DrafterConfig, points: list[Point], num_layers: int) -> list[str]:
+    """Reasons the drafter cannot be written in `fmt` (empty = it can)."""
+    why: list[str] = []
+    ids = ids_for_points(points, ID_ENGINE[fmt], num_layers) if fmt != "eagle" else None
+    if ids is not None:
+        bad = [p.name for p, i in zip(points, ids) if i is None]
+        if bad:
+            why.append(f"{fmt} has no layer id for {', '.join(bad)} (it cannot capture that tensor), "
+                       "but the drafter was trained on it")
+    if fmt in ("sglang", "vllm", "eagle") and cfg.num_aux != 3:
+        why.append(f"{fmt}'s fc is hard-coded to 3 x target_hidden_size inputs; the drafter has {cfg.num_aux} feature slots")
+    if fmt in ("sglang", "vllm", "eagle") and cfg.fc_norm:
+        why.append(f"{fmt} has no fc_norm (per-slot RMSNorm before fc); the drafter was trained with one")
+    if fmt in ("sglang", "eagle") and cfg.norm_before_residual:
+        why.append(f"{fmt}'s first layer takes the raw hidden state as residual; the drafter was trained with norm_before_residual")
+    if fmt in ("sglang", "eagle") and cfg.num_layers != 1:
+        why.append(f"{fmt} export supports one decoder layer (midlayer); the drafter has {cfg.num_layers} "
+                   "(SGLang names extra layers additional_layers.* with hidden_norm instead of input_layernorm, version-dependent)")
+    if fmt == "speculators" and cfg.target_hidden_size != cfg.hidden_size:
+        why.append("speculators sizes fc as num_aux x hidden_size; the drafter's target_hidden_size "
+                   f"{cfg.target_hidden_size} differs from its hidden_size {cfg.hidden_size}")
+    if fmt == "eagle":
+        want = eagle3_default(num_layers)
+        if list(points) != want:
+            why.append("the official EAGLE code hard-codes HF indices [2, L//2, L-3] = "
+                       f"{[p.name for p in want]} and stores no ids; the drafter was trained on {[p.name for p in points]}")
+        if cfg.head_dim * cfg.num_attention_heads != cfg.hidden_size:
+            why.append("the official EAGLE attention uses head_dim = hidden_size // num_heads; "
+                       f"the drafter has head_dim {cfg.head_dim} x {cfg.num_attention_heads} heads != {cfg.hidden_size}")
+    return why
+
+
+# --- configs -------------------------------------------------------------------
+
+
+def _rope(cfg: DrafterConfig) -> dict:
+    """Both spellings: rope_theta/rope_scaling (engines on transformers 4) and rope_parameters (5)."""
+    params = {"rope_type": "default"}
+    if cfg.rope_scaling:
+        params = dict(cfg.rope_scaling)
+        params.setdefault("rope_type", params.pop("type", "default"))
+    params["rope_theta"] = cfg.rope_theta
+    d = {"rope_theta": cfg.rope_theta, "rope_parameters": params}
+    if cfg.rope_scaling:
+        d["rope_scaling"] = dict(cfg.rope_scaling)
+    return d
+
+
+def llama_fields(cfg: DrafterConfig) -> dict:
+    """The LlamaConfig fields of the draft decoder, all explicit (no reader default is relied on)."""
+    return {
+        "model_type": "llama", "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+        "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
+        "head_dim": cfg.head_dim, "num_hidden_layers": cfg.num_layers, "rms_norm_eps": cfg.rms_norm_eps,
+        "max_position_embeddings": cfg.max_position_embeddings, "vocab_size": cfg.vocab_size,
+        "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        "tie_word_embeddings": cfg.tie_word_embeddings, "torch_dtype": "float32", **_rope(cfg),
+    }
+
+
+def build_config(fmt: str, cfg: DrafterConfig, ids: list[int] | None, verifier: dict | None = None,
+                 speculative_tokens: int = 3) -> dict:
+    """config.json for `fmt`; `ids` are already in the format's meaning."""
+    base = {**llama_fields(cfg), "draft_vocab_size": cfg.draft_vocab_size}
+    if fmt == "sglang":
+        return {"architectures": ["LlamaForCausalLMEagle3"], **base, "target_hidden_size": cfg.target_hidden_size,
+                "eagle_config": {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": ids}}
+    if fmt == "vllm":
+        # vLLM reads only the top-level key (the nested one is ignored), and its
+        # norm_before_residual default is False here but True for speculators configs.
+        return {"architectures": ["LlamaForCausalLMEagle3"], **base, "target_hidden_size": cfg.target_hidden_size,
+                "eagle_aux_hidden_state_layer_ids": ids, "norm_before_residual": cfg.norm_before_residual,
+                "eagle_config": {"use_aux_hidden_state": True}}
+    if fmt == "eagle":
+        d = {"architectures": ["LlamaForCausalLMEagle3"], **base, "bias": False}
+        if cfg.target_hidden_size != cfg.hidden_size:  # official code: present => embedding read from this checkpoint
+            d["target_hidden_size"] = cfg.target_hidden_size
+        return d
+    return speculators_config(cfg, ids, verifier, speculative_tokens)
+
+
+def speculators_config(cfg: DrafterConfig, ids: list[int] | None, verifier: dict | None, speculative_tokens: int) -> dict:
+    """speculators 0.9.0 Eagle3SpeculatorConfig (models/eagle3/config.py, config.py)."""
+    tl = llama_fields(cfg)
+    tl.pop("torch_dtype")
+    tl["tie_word_embeddings"] = False  # speculators always has its own lm_head tensor
+    tl["pad_token_id"] = None
+    return {
+        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
+        "transformer_layer_config": tl, "draft_vocab_size": cfg.draft_vocab_size,
+        "norm_before_residual": cfg.norm_before_residual, "target_hidden_size": cfg.target_hidden_size,
+        "eagle_aux_hidden_state_layer_ids": ids, "norm_before_fc": False, "fc_norm": cfg.fc_norm,
+        "norm_output": False, "embed_requires_grad": False, "torch_dtype": "float32",
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
+                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "default_proposal_method": "greedy",
+            "verifier": verifier or {"name_or_path": None, "architectures": []},
+        },
+    }
+
+
+# --- tensor names --------------------------------------------------------------
+
+_FC_NORM_SLOT = re.compile(r"^fc_norm\.(\d+)\.weight$")
+
+
+def _first_prefix(cfg: DrafterConfig) -> str:
+    return "midlayer." if cfg.num_layers == 1 else "layers.0."
+
+
+def to_format_state(fmt: str, cfg: DrafterConfig, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """eaglewire state dict -> the names `fmt` loads (cloned: tied weights must not share storage)."""
+    out = {}
+    for k, v in sd.items():
+        v = v.detach().to("cpu").clone().contiguous()
+        if fmt in ("vllm", "speculators") and k.startswith("midlayer."):
+            k = "layers.0." + k[len("midlayer."):]
+        if fmt == "speculators" and k == "fc_norm.weight":
+            for i, chunk in enumerate(v.chunk(cfg.num_aux)):
+                out[f"fc_norm.{i}.weight"] = chunk.clone()
+            continue
+        if fmt == "speculators" and k in ("d2t", "t2d") and cfg.draft_vocab_size == cfg.vocab_size:
+            continue  # speculators registers no d2t/t2d buffers for a full vocab: they would be unexpected keys
+        out[k] = v
+    return out
+
+
+def from_format_state(cfg: DrafterConfig, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Any format's names -> eaglewire names (unknown names pass through, for check_state to report)."""
+    first = _first_prefix(cfg)
+    out: dict[str, torch.Tensor] = {}
+    slots: dict[int, torch.Tensor] = {}
+    for k, v in sd.items():
+        m = _FC_NORM_SLOT.match(k)
+        if m:
+            slots[int(m.group(1))] = v
+            continue
+        for pre in ("midlayer.", "layers.0."):
+            if k.startswith(pre):
+                k = first + k[len(pre):]
+                break
+        out[k] = v
+    if slots:
+        if sorted(slots) != list(range(len(slots))):
+            raise EaglewireError(f"fc_norm.<i>.weight slots {sorted(slots)} are not 0..{len(slots) - 1}")
+        out["fc_norm.weight"] = torch.cat([slots[i] for i in range(len(slots))])
+    return out

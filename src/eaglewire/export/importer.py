@@ -1,0 +1,236 @@
+"""`eaglewire import`: read an SGLang/SpecForge, vLLM, speculators or official
+EAGLE drafter into an eaglewire checkpoint, saying what was read and what was assumed.
+
+A foreign checkpoint rarely states everything: ids may be absent (the engine
+then uses its default), the embedding may be missing (the official repo reads
+it from the target), d2t/t2d may be absent (full vocabulary). Each such gap is
+filled only with a rule that the format's own loader applies, and recorded in
+the provenance under `imported.assumed`; facts derived from the tensors go
+under `imported.inferred`. Unknown tensors are an error, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import opt
+from ..drafter import DrafterConfig, Eagle3Drafter
+from ..drafter.checkpoint import check_state, save_checkpoint
+from ..errors import EaglewireError
+from ..points import ENGINES, eagle3_default, points_from_ids, sglang_version_warning
+from .formats import ID_ENGINE, ID_KEY, canonical, from_format_state
+from .weights import read_weights
+
+
+@dataclass
+class ImportConfig:
+    src: Path = opt(help="directory holding config.json and the weights", arg=True)
+    out: Path = opt(help="eaglewire checkpoint directory to write")
+    target: str = opt("", "target the drafter serves: gives the layer count, the embedding if missing, the fingerprint")
+    target_layers: int = opt(0, "the target's decoder layer count when --target is not given (needed to resolve ids)")
+    layers_from: str = opt("", f"engine meaning of the stored ids ({', '.join(ENGINES)}); default: the format's own")
+    format: str = opt("auto", "auto, sglang (SpecForge), vllm, speculators, eagle")
+    force: bool = opt(False, "replace --out if it exists")
+    json: bool = opt(False, "print JSON")
+
+
+class Notes:
+    """What the import read, derived and assumed; ends up in the provenance."""
+
+    def __init__(self):
+        self.inferred: list[str] = []
+        self.assumed: list[str] = []
+        self.warnings: list[str] = []
+
+
+def detect_format(raw: dict, files: set[str]) -> str:
+    if "speculators_model_type" in raw:
+        return "speculators"
+    if raw.get("eagle_aux_hidden_state_layer_ids"):
+        return "vllm"
+    if (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids"):
+        return "sglang"
+    return "eagle"  # no ids anywhere: official layout (SGLang without ids means the same default)
+
+
+def _llama_view(fmt: str, raw: dict) -> dict:
+    if fmt != "speculators":
+        return raw
+    tl = raw.get("transformer_layer_config")
+    if not isinstance(tl, dict):
+        raise EaglewireError("config.json: speculators config without a transformer_layer_config object")
+    for flag in ("norm_before_fc", "norm_output"):
+        if raw.get(flag):
+            raise EaglewireError(f"config.json: speculators {flag}=true has no counterpart in eaglewire's drafter")
+    return tl
+
+
+def drafter_config(fmt: str, raw: dict, sd: dict, notes: Notes) -> DrafterConfig:
+    """DrafterConfig from the format's config plus tensor shapes (defaults = transformers LlamaConfig's)."""
+    from transformers import LlamaConfig
+
+    view = _llama_view(fmt, raw)
+    for k in ("num_key_value_heads", "head_dim", "rms_norm_eps", "max_position_embeddings"):
+        if k not in view:
+            notes.assumed.append(f"{k} absent: transformers LlamaConfig default used")
+    if "rope_theta" not in view and "rope_theta" not in (view.get("rope_parameters") or {}):
+        notes.assumed.append("rope_theta absent: LlamaConfig default used")
+    lc = LlamaConfig(**{k: v for k, v in view.items() if k not in ("architectures", "torch_dtype", "dtype")})
+    hidden = int(lc.hidden_size)
+    target_hidden = int(raw.get("target_hidden_size") or view.get("target_hidden_size") or hidden)
+    fc = sd.get("fc.weight")
+    if fc is None:
+        raise EaglewireError("weights: no fc.weight (not an EAGLE-3 drafter: EAGLE-1/2 heads have no fc over 3 layers)")
+    if fc.shape[1] % target_hidden:
+        raise EaglewireError(f"fc.weight has shape {list(fc.shape)}: input width is not a multiple of target_hidden_size {target_hidden}")
+    num_aux = fc.shape[1] // target_hidden
+    notes.inferred.append(f"num_aux = {num_aux} (fc.weight input width {fc.shape[1]} / target_hidden_size {target_hidden})")
+    dvs = raw.get("draft_vocab_size") or view.get("draft_vocab_size")
+    if dvs is None:
+        dvs = int(sd["lm_head.weight"].shape[0]) if "lm_head.weight" in sd else int(lc.vocab_size)
+        notes.inferred.append(f"draft_vocab_size absent: {dvs} from lm_head.weight rows")
+    if "norm_before_residual" in raw:
+        nbr = bool(raw["norm_before_residual"])
+    else:
+        nbr = False
+        notes.assumed.append(f"norm_before_residual absent: False ({fmt}'s own default"
+                             + ("; note vLLM reads an absent value in a speculators config as True)" if fmt == "speculators" else ")"))
+    try:
+        return DrafterConfig.from_target_config(
+            lc, draft_vocab_size=int(dvs), num_aux=num_aux, num_layers=int(view.get("num_hidden_layers", 1)),
+            target_hidden_size=target_hidden, norm_before_residual=nbr,
+            fc_norm=any(k.startswith("fc_norm.") for k in sd),
+            tie_word_embeddings=bool(view.get("tie_word_embeddings", False)) if fmt != "speculators" else False)
+    except ValueError as e:
+        raise EaglewireError(f"config.json: {e}") from e
+
+
+def _stored_ids(fmt: str, raw: dict, notes: Notes) -> list[int] | None:
+    top = raw.get("eagle_aux_hidden_state_layer_ids")
+    nested = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    if fmt == "sglang":
+        return nested
+    if fmt in ("vllm", "speculators"):
+        if not top and nested:
+            notes.warnings.append(f"nested eagle_config ids {nested} present but {fmt} reads only the top-level key")
+        return top or None
+    return None
+
+
+def resolve_points(fmt: str, raw: dict, L: int, num_aux: int, layers_from: str, notes: Notes) -> tuple[list, dict]:
+    ids = _stored_ids(fmt, raw, notes)
+    engine = layers_from or ID_ENGINE[fmt]
+    rec = {"format": fmt, "ids_key": ID_KEY[fmt], "ids_found": ids, "engine": engine,
+           "engine_source": "--layers-from" if layers_from else f"the {fmt} format's own meaning"}
+    if ids is None:
+        if num_aux != 3:
+            raise EaglewireError(f"no layer ids stored and the drafter has {num_aux} feature slots: "
+                                 "pass the ids' engine and values by editing config.json, or --layers-from with stored ids")
+        pts = eagle3_default(L)
+        notes.assumed.append(f"no ids stored: {fmt}'s default capture HF [2, L//2, L-3] = {[p.name for p in pts]} assumed")
+        return pts, rec
+    if len(ids) != num_aux:
+        raise EaglewireError(f"config.json: {len(ids)} layer ids {ids} but fc.weight takes {num_aux} feature slots")
+    pts = points_from_ids(list(ids), engine, L)
+    notes.inferred.append(f"ids {ids} read as {engine} ids -> {[p.name for p in pts]}")
+    if engine in ("sglang", "specforge"):
+        w = sglang_version_warning(list(ids), L)
+        if w:
+            notes.warnings.append(w)
+    return pts, rec
+
+
+def _fill_vocab_maps(cfg: DrafterConfig, sd: dict, notes: Notes) -> None:
+    V, D = cfg.vocab_size, cfg.draft_vocab_size
+    has_d, has_t = "d2t" in sd, "t2d" in sd
+    if has_d and has_t:
+        return
+    if not has_d and not has_t:
+        if D != V:
+            raise EaglewireError(f"weights: no d2t/t2d but draft_vocab_size {D} < vocab_size {V}: "
+                                 "which target ids the draft vocab covers cannot be known")
+        sd["d2t"], sd["t2d"] = torch.zeros(D, dtype=torch.long), torch.ones(V, dtype=torch.bool)
+        notes.assumed.append("no d2t/t2d: full vocabulary, identity mapping (what the format's loader does)")
+    elif has_t:
+        t2d = sd["t2d"].bool()
+        ids = t2d.nonzero().flatten()
+        if ids.numel() != D:
+            raise EaglewireError(f"t2d marks {ids.numel()} target ids, draft_vocab_size is {D}")
+        sd["d2t"] = ids - torch.arange(D)
+        notes.inferred.append("d2t derived from t2d (ascending target ids)")
+    else:
+        d2t = sd["d2t"].long()
+        tgt = d2t + torch.arange(d2t.numel())
+        if int(tgt.min()) < 0 or int(tgt.max()) >= V:
+            raise EaglewireError(f"d2t maps draft ids outside the target vocab [0, {V}) (d2t must hold offsets)")
+        sd["t2d"] = torch.zeros(V, dtype=torch.bool).index_fill_(0, tgt, True)
+        notes.inferred.append("t2d derived from d2t")
+    sd["d2t"] = sd["d2t"].long()
+    sd["t2d"] = sd["t2d"].bool()
+
+
+def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes) -> tuple[int, dict]:
+    """Layer count, and provenance about the target; copies the embedding if missing."""
+    if not cfg.target:
+        if cfg.target_layers <= 0:
+            raise EaglewireError("ids cannot be resolved to physical points without the target's layer count: "
+                                 "pass --target or --target-layers")
+        if "embed_tokens.weight" not in sd:
+            raise EaglewireError("weights: no embed_tokens.weight (the official layout reads it from the target): "
+                                 "pass --target to copy it")
+        return cfg.target_layers, {"target": None, "target_fingerprint": "unknown"}
+    from ..targets import chat_template_hash, load_target, target_fingerprint
+
+    t = load_target(cfg.target, device="cpu")
+    if cfg.target_layers and cfg.target_layers != t.num_layers:
+        raise EaglewireError(f"--target-layers {cfg.target_layers} but target {cfg.target!r} has {t.num_layers} layers")
+    emb = t.model.get_input_embeddings().weight.detach().float().cpu()
+    want = (dcfg.vocab_size, dcfg.hidden_size)
+    if tuple(emb.shape) != want:
+        raise EaglewireError(f"target {cfg.target!r}: embedding {list(emb.shape)} does not fit the drafter {list(want)}")
+    if "embed_tokens.weight" not in sd:
+        sd["embed_tokens.weight"] = emb.clone()
+        notes.inferred.append(f"embed_tokens.weight copied from target {cfg.target!r}")
+    elif not torch.equal(sd["embed_tokens.weight"].float(), emb):
+        notes.warnings.append(f"the checkpoint's embedding differs from target {cfg.target!r}'s: "
+                              "it was likely trained for another target (or another dtype)")
+    fp = target_fingerprint(t)
+    return t.num_layers, {"target": {"spec": cfg.target, "fingerprint": fp}, "target_fingerprint": fp,
+                          "chat_template_sha": chat_template_hash(t.tokenizer)}
+
+
+def run_import(cfg: ImportConfig) -> dict:
+    src = Path(cfg.src)
+    if cfg.out.exists() and not cfg.force:
+        raise EaglewireError(f"--out {cfg.out}: already exists (pass --force to replace it)")
+    if cfg.layers_from and cfg.layers_from not in ENGINES:
+        raise EaglewireError(f"--layers-from {cfg.layers_from!r}: expected one of {', '.join(ENGINES)}")
+    cpath = src / "config.json"
+    if not cpath.is_file():
+        raise EaglewireError(f"{src}: no config.json")
+    raw = json.loads(cpath.read_text())
+    files = {p.name for p in src.iterdir()}
+    fmt = detect_format(raw, files) if cfg.format == "auto" else canonical(cfg.format)
+    notes = Notes()
+    sd, wfile = read_weights(src, fmt)
+    dcfg = drafter_config(fmt, raw, sd, notes)
+    sd = from_format_state(dcfg, sd)
+    L, tprov = _target_facts(cfg, sd, dcfg, notes)
+    _fill_vocab_maps(dcfg, sd, notes)
+    pts, rec = resolve_points(fmt, raw, L, dcfg.num_aux, cfg.layers_from, notes)
+    model = Eagle3Drafter(dcfg)
+    if dcfg.tie_word_embeddings:
+        sd.setdefault("lm_head.weight", sd.get("embed_tokens.weight"))
+    check_state(model, sd, src / wfile)
+    model.load_state_dict(sd, strict=True)
+    imported = {"from": str(src), "weights": wfile, **rec, "inferred": notes.inferred, "assumed": notes.assumed,
+                "warnings": notes.warnings}
+    prov = {**tprov, "dataset": "unknown", "imported": imported}
+    prov.setdefault("chat_template_sha", "unknown")
+    save_checkpoint(cfg.out, model, [p.name for p in pts], L, prov)
+    return {"out": str(cfg.out), "points": [p.name for p in pts], "target_num_layers": L, **imported}
+

@@ -1,0 +1,135 @@
+"""Broken foreign checkpoints: each gives a precise one-line error, never a silently random weight."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from export_helpers import L, draft_logits, make_ckpt
+from safetensors.torch import load_file, save_file
+
+from eaglewire.drafter.checkpoint import load_checkpoint
+from eaglewire.errors import EaglewireError
+from eaglewire.export.exporter import ExportConfig, run_export
+from eaglewire.export.importer import ImportConfig, run_import
+
+
+@pytest.fixture
+def exported(tmp_path):
+    ck, m = make_ckpt(tmp_path / "ck")
+    run_export(ExportConfig(ckpt=ck, format="sglang", out=tmp_path / "s"))
+    return tmp_path / "s", m
+
+
+def _edit(d, fn):
+    sd = load_file(str(d / "model.safetensors"))
+    fn(sd)
+    save_file(sd, str(d / "model.safetensors"))
+
+
+def _imp(d, tmp_path, **kw):
+    return run_import(ImportConfig(src=d, out=tmp_path / "imp", target_layers=L, **kw))
+
+
+def test_missing_tensor(exported, tmp_path):
+    d, _ = exported
+    _edit(d, lambda sd: sd.pop("midlayer.mlp.up_proj.weight"))
+    with pytest.raises(EaglewireError, match=r"missing \['midlayer.mlp.up_proj.weight'\], unexpected none"):
+        _imp(d, tmp_path)
+
+
+def test_extra_tensor(exported, tmp_path):
+    d, _ = exported
+    _edit(d, lambda sd: sd.__setitem__("midlayer.self_attn.rotary_emb.inv_freq", torch.ones(4)))
+    with pytest.raises(EaglewireError, match=r"unexpected \['midlayer.self_attn.rotary_emb.inv_freq'\]"):
+        _imp(d, tmp_path)
+
+
+def test_d2t_absolute_ids_not_offsets(exported, tmp_path):
+    d, m = exported
+    _edit(d, lambda sd: sd.__setitem__("d2t", m.draft_target_ids().clone()))  # absolute target ids
+    with pytest.raises(EaglewireError, match=r"d2t maps draft ids outside the target vocab .*OFFSETS"):
+        _imp(d, tmp_path)
+
+
+def test_shape_disagrees_with_config(exported, tmp_path):
+    d, _ = exported
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["intermediate_size"] = 48
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(EaglewireError, match=r"midlayer.mlp.gate_proj.weight has shape \[64, 32\], config implies \[48, 32\]"):
+        _imp(d, tmp_path)
+
+
+def test_pickle_where_only_safetensors_allowed(exported, tmp_path):
+    d, m = exported
+    torch.save(load_file(str(d / "model.safetensors")), d / "pytorch_model.bin")
+    (d / "model.safetensors").unlink()
+    with pytest.raises(EaglewireError, match=r"pickle weights are read only for the official EAGLE layout"):
+        _imp(d, tmp_path)
+
+
+def test_pickle_disguised_as_safetensors(exported, tmp_path):
+    d, m = exported
+    torch.save(m.state_dict(), d / "model.safetensors")
+    with pytest.raises(EaglewireError, match=r"model.safetensors: cannot read safetensors"):
+        _imp(d, tmp_path)
+
+
+class _Evil:
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+def test_official_pickle_with_code_is_refused(tmp_path):
+    ck, m = make_ckpt(tmp_path / "ck")
+    d = tmp_path / "e"
+    run_export(ExportConfig(ckpt=ck, format="eagle", out=d))
+    sd = load_file(str(d / "model.safetensors"))
+    sd["evil"] = _Evil()
+    torch.save(sd, d / "pytorch_model.bin")
+    (d / "model.safetensors").unlink()
+    with pytest.raises(EaglewireError, match=r"weights_only=True\) refused it"):
+        _imp(d, tmp_path)
+
+
+def test_official_pickle_without_embedding_needs_target(tmp_path):
+    """The official repo publishes pytorch_model.bin without embed_tokens (read from the target)."""
+    kw = dict(hidden_size=64, head_dim=16, intermediate_size=128, target_hidden_size=64, vocab_size=384,
+              draft_vocab_size=100)
+    ck, m = make_ckpt(tmp_path / "ck", **kw)
+    d = tmp_path / "e"
+    run_export(ExportConfig(ckpt=ck, format="eagle", out=d))
+    sd = load_file(str(d / "model.safetensors"))
+    sd.pop("embed_tokens.weight")
+    torch.save(sd, d / "pytorch_model.bin")
+    (d / "model.safetensors").unlink()
+    with pytest.raises(EaglewireError, match="no embed_tokens.weight .* pass --target"):
+        _imp(d, tmp_path)
+    res = run_import(ImportConfig(src=d, out=tmp_path / "imp2", target="tiny:llama"))
+    assert any("copied from target" in s for s in res["inferred"])
+    m2, prov = load_checkpoint(tmp_path / "imp2")
+    assert prov["target_fingerprint"]["num_layers"] == 8 and prov["imported"]["weights"] == "pytorch_model.bin"
+    from eaglewire.targets import load_target
+
+    emb = load_target("tiny:llama").model.get_input_embeddings().weight
+    assert torch.equal(m2.embed_tokens.weight, emb.float())
+    with torch.no_grad():
+        m.embed_tokens.weight.copy_(emb)
+    assert torch.equal(draft_logits(m), draft_logits(m2))
+
+
+def test_full_vocab_without_maps_is_identity_assumed(tmp_path):
+    ck, m = make_ckpt(tmp_path / "ck", draft_vocab_size=97)
+    run_export(ExportConfig(ckpt=ck, format="speculators", out=tmp_path / "s"))
+    assert "d2t" not in load_file(str(tmp_path / "s" / "model.safetensors"))
+    res = _imp(tmp_path / "s", tmp_path)
+    assert any("identity" in a for a in res["assumed"])
+
+
+def test_partial_vocab_without_maps_is_refused(exported, tmp_path):
+    d, _ = exported
+    _edit(d, lambda sd: (sd.pop("d2t"), sd.pop("t2d")))
+    with pytest.raises(EaglewireError, match="no d2t/t2d but draft_vocab_size 40 < vocab_size 97"):
+        _imp(d, tmp_path)

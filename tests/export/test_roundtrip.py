@@ -1,0 +1,112 @@
+"""Export then import: identical tensors and identical draft logits, for every format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from export_helpers import L, draft_logits, make_ckpt
+
+from eaglewire.drafter.checkpoint import load_checkpoint, read_provenance
+from eaglewire.errors import EaglewireError
+from eaglewire.export.exporter import ExportConfig, run_export
+from eaglewire.export.importer import ImportConfig, run_import
+from eaglewire.points import ids_for_points, parse_points
+
+FORMATS = ["sglang", "vllm", "speculators", "eagle"]
+
+
+def _roundtrip(tmp_path, fmt, ck, **imp):
+    run_export(ExportConfig(ckpt=ck, format=fmt, out=tmp_path / f"x-{fmt}"))
+    res = run_import(ImportConfig(src=tmp_path / f"x-{fmt}", out=tmp_path / f"i-{fmt}", target_layers=L, **imp))
+    model, prov = load_checkpoint(tmp_path / f"i-{fmt}")
+    return res, model, prov
+
+
+def _same(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert set(sa) == set(sb)
+    for k in sa:
+        assert sa[k].dtype == sb[k].dtype and torch.equal(sa[k], sb[k]), k
+    assert torch.equal(draft_logits(a), draft_logits(b))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_roundtrip_default_points(tmp_path, fmt):
+    ck, m = make_ckpt(tmp_path / "ck")
+    res, m2, prov = _roundtrip(tmp_path, fmt, ck)
+    _same(m, m2)
+    assert prov["points"]["names"] == read_provenance(ck)["points"]["names"]
+    assert prov["target_fingerprint"] == "unknown" and prov["imported"]["format"] == fmt
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "speculators"])
+def test_roundtrip_multilayer_fc_norm_nbr(tmp_path, fmt):
+    """Features only some formats express: 2 layers, norm_before_residual, fc_norm (speculators)."""
+    kw = {"num_layers": 2, "norm_before_residual": True, "fc_norm": fmt == "speculators"}
+    ck, m = make_ckpt(tmp_path / "ck", **kw)
+    _, m2, _ = _roundtrip(tmp_path, fmt, ck)
+    _same(m, m2)
+    assert m2.config.norm_before_residual and m2.config.num_layers == 2
+
+
+def test_custom_points_ids_written_per_engine_meaning(tmp_path):
+    pts = parse_points(["layers.2.out", "layers.4.out", "layers.6.out"], L)
+    ck, m = make_ckpt(tmp_path / "ck", points=pts)
+    for fmt, key, eng in (("sglang", None, "sglang"), ("vllm", "top", "vllm"), ("speculators", "top", "vllm")):
+        r = run_export(ExportConfig(ckpt=ck, format=fmt, out=tmp_path / fmt))
+        cfg = json.loads((tmp_path / fmt / "config.json").read_text())
+        got = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] if key is None else cfg["eagle_aux_hidden_state_layer_ids"]
+        assert got == r["ids"] == ids_for_points(pts, eng, L)
+    assert json.loads((tmp_path / "vllm" / "config.json").read_text())["norm_before_residual"] is False
+    assert "eagle_aux_hidden_state_layer_ids" not in json.loads((tmp_path / "vllm" / "config.json").read_text())["eagle_config"]
+    _, m2, prov = _roundtrip(tmp_path, "vllm", ck)
+    assert prov["points"]["names"] == [p.name for p in pts]
+    _same(m, m2)
+
+
+def test_eagle_refuses_other_points(tmp_path):
+    ck, _ = make_ckpt(tmp_path / "ck", points=parse_points(["layers.2.out", "layers.4.out", "layers.6.out"], L))
+    with pytest.raises(EaglewireError, match=r"hard-codes HF indices \[2, L//2, L-3\]"):
+        run_export(ExportConfig(ckpt=ck, format="eagle", out=tmp_path / "x"))
+
+
+def test_sglang_refuses_embedding_and_last_layer(tmp_path):
+    ck, _ = make_ckpt(tmp_path / "ck", points=parse_points(["embed", "layers.3.out", "layers.7.out"], L))
+    with pytest.raises(EaglewireError, match=r"sglang has no layer id for embed, layers.7.out"):
+        run_export(ExportConfig(ckpt=ck, format="sglang", out=tmp_path / "x"))
+    run_export(ExportConfig(ckpt=ck, format="vllm", out=tmp_path / "v"))  # vLLM can: ids 0, 4, 8
+    assert json.loads((tmp_path / "v" / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [0, 4, 8]
+
+
+def test_refusals_for_unexpressible_architecture(tmp_path):
+    ck, _ = make_ckpt(tmp_path / "ck", fc_norm=True, norm_before_residual=True)
+    for fmt, what in (("sglang", "fc_norm"), ("vllm", "fc_norm"), ("eagle", "norm_before_residual")):
+        with pytest.raises(EaglewireError, match=what):
+            run_export(ExportConfig(ckpt=ck, format=fmt, out=tmp_path / fmt))
+
+
+def test_sglang_version_warning_in_output(tmp_path, capsys):
+    """L=8 default capture is SGLang ids [1, 3, 4]: newer SGLang reads a list starting at 1 without the +1."""
+    ck, _ = make_ckpt(tmp_path / "ck")
+    r = run_export(ExportConfig(ckpt=ck, format="sglang", out=tmp_path / "s"))
+    assert r["ids"] == [1, 3, 4] and any("newer SGLang" in w for w in r["warnings"])
+    rec = json.loads((tmp_path / "s" / "eaglewire.export.json").read_text())
+    assert rec["warnings"] == r["warnings"]
+
+
+def test_import_layers_from_overrides_meaning(tmp_path):
+    """The same stored ids read under another engine's meaning land one layer off, and it is recorded."""
+    ck, _ = make_ckpt(tmp_path / "ck")
+    run_export(ExportConfig(ckpt=ck, format="vllm", out=tmp_path / "v"))
+    res = run_import(ImportConfig(src=tmp_path / "v", out=tmp_path / "i", target_layers=L, layers_from="sglang"))
+    assert res["points"] == ["layers.2.out", "layers.4.out", "layers.5.out"]
+    assert res["engine"] == "sglang" and res["engine_source"] == "--layers-from"
+
+
+def test_import_without_layer_count_is_refused(tmp_path):
+    ck, _ = make_ckpt(tmp_path / "ck")
+    run_export(ExportConfig(ckpt=ck, format="vllm", out=tmp_path / "v"))
+    with pytest.raises(EaglewireError, match="--target or --target-layers"):
+        run_import(ImportConfig(src=tmp_path / "v", out=tmp_path / "i"))
