@@ -1,0 +1,72 @@
+"""The demo report renders for a person: headless Chromium screenshot shows the plots and tables."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from eaglewire.report import write_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _fake_bench(run: Path) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = [{"method": "hf_generate", "tokens_per_s": 9.0, "speedup": 1.0},
+               {"method": "eaglewire_tree", "tokens_per_s": 20.0, "speedup": 2.2, "tau": 3.1,
+                "accept_cumulative": [0.8, 0.6, 0.4]}]
+    fig, ax = plt.subplots()
+    ax.bar([m["method"] for m in methods], [m["tokens_per_s"] for m in methods], color="tab:orange")
+    png = run / "bench" / "speed.png"
+    png.parent.mkdir(parents=True)
+    fig.savefig(png)
+    return {"methods": methods, "plot": str(png)}
+
+
+def _make_run(tiny_drafter, tmp_path) -> Path:
+    ckpt, _ = tiny_drafter
+    run = tmp_path / "run"
+    (run / "train").mkdir(parents=True)
+    shutil.copytree(ckpt, run / "train" / "drafter")
+    shutil.copy(ckpt.parent / "metrics.csv", run / "train" / "metrics.csv")
+    log = {"data": {"vocab": {"size": 200, "coverage": 1.0}, "seconds": 1}, "train": {"validation": {"acc": [0.9, 0.8]}},
+           "doctor": {"reports": [{"command": "dataset", "ok": True, "checks": [
+               {"name": "slot 0", "ok": True, "detail": "holds layers.1.out", "level": "info", "fix": ""}]}]},
+           "bench": _fake_bench(run)}
+    write_report(run, "quick", {"self_prompts": 10}, log)
+    return run
+
+
+def test_report_markdown_and_html_content(tiny_drafter, tmp_path):
+    run = _make_run(tiny_drafter, tmp_path)
+    md = (run / "report.md").read_text()
+    html = (run / "report.html").read_text()
+    assert "SMALL run" in md and "eaglewire_tree" in md and "--format vllm" in md
+    prov = json.loads((run / "train" / "drafter" / "eaglewire.json").read_text())
+    assert str(prov["points"]["vllm"]) in md and str(prov["points"]["sglang"]) in md
+    assert html.count("data:image/png;base64") == 2 and "<table>" in html
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_report_renders_in_headless_chromium(tiny_drafter, tmp_path):
+    from PIL import Image
+
+    run = _make_run(tiny_drafter, tmp_path)
+    shot = tmp_path / "shot.png"
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,2400", f"--screenshot={shot}",
+           (run / "report.html").resolve().as_uri()]
+    subprocess.run(cmd, capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000
+    px = list(Image.open(shot).convert("RGB").get_flattened_data())
+    colored = sum(1 for r, g, b in px if max(r, g, b) - min(r, g, b) > 60)  # plot lines and bars
+    dark = sum(1 for r, g, b in px if r + g + b < 200)  # table text
+    assert colored > 20_000, f"plots did not render ({colored} colored pixels)"
+    assert dark > 5_000, f"text/tables did not render ({dark} dark pixels)"
