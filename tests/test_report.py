@@ -18,15 +18,15 @@ def _fake_bench(run: Path) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = [{"method": "hf_generate", "tokens_per_s": 9.0, "speedup": 1.0},
-               {"method": "eaglewire_tree", "tokens_per_s": 20.0, "speedup": 2.2, "tau": 3.1,
-                "accept_cumulative": [0.8, 0.6, 0.4]}]
+    methods = {"hf_generate": {"tokens_per_s": 9.0, "speedup": 1.0, "differ_from_baseline": 0},
+               "eaglewire_tree": {"tokens_per_s": 20.0, "speedup": 2.2, "tau": 3.1, "differ_from_baseline": 0,
+                                  "accept_per_position": {"cumulative": [0.8, 0.6, 0.4]}}}
     fig, ax = plt.subplots()
-    ax.bar([m["method"] for m in methods], [m["tokens_per_s"] for m in methods], color="tab:orange")
+    ax.bar(list(methods), [m["tokens_per_s"] for m in methods.values()], color="tab:orange")
     png = run / "bench" / "speed.png"
     png.parent.mkdir(parents=True)
     fig.savefig(png)
-    return {"methods": methods, "plot": str(png)}
+    return {"methods": methods, "files": {"png": str(png)}}
 
 
 def _make_run(tiny_drafter, tmp_path) -> Path:

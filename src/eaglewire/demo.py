@@ -103,12 +103,12 @@ def _doctor(cfg: DemoConfig, run: Path) -> dict:
 
 
 def _bench(cfg: DemoConfig, p: dict, run: Path) -> dict:
-    from .spec.bench import run_bench
+    from .spec.cli import BenchConfig, bench_from_config
 
     prompts = run / "bench_prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": q}) + "\n" for q in BENCH_PROMPTS[: p["bench_prompts"]]))
-    return run_bench(target=cfg.target, drafter=run / "train" / "drafter", prompts=prompts,
-                     max_new_tokens=p["bench_tokens"], out=run / "bench", device=cfg.device)
+    return bench_from_config(BenchConfig(drafter=run / "train" / "drafter", prompts=prompts, target=cfg.target,
+                                         max_new_tokens=p["bench_tokens"], out=run / "bench", device=cfg.device))
 
 
 def run_demo(cfg: DemoConfig) -> dict:
@@ -132,8 +132,9 @@ def run_demo(cfg: DemoConfig) -> dict:
 def summary(log: dict) -> dict:
     b = log.get("bench", {})
     val = log.get("train", {}).get("validation", {})
-    return {"val_acc": val.get("acc"), "methods": {m["method"]: {k: m.get(k) for k in ("tokens_per_s", "speedup", "tau")}
-                                                     for m in b.get("methods", [])},
+    return {"val_acc": val.get("acc"), "methods": {name: {k: m.get(k) for k in ("tokens_per_s", "speedup", "tau")}
+                                                     for name, m in b.get("methods", {}).items()},
+            "greedy_outputs_match": b.get("greedy_outputs_match"),
             "doctor_ok": all(r["ok"] for r in log.get("doctor", {}).get("reports", []))}
 
 

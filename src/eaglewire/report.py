@@ -66,10 +66,11 @@ def _export_cmds(run: Path) -> list[tuple[str, str]]:
 
 def _bench_rows(bench: dict) -> list[list[str]]:
     rows = []
-    for m in bench.get("methods", []):
-        pp = m.get("accept_cumulative") or m.get("accept_per_position") or []
-        rows.append([m["method"], f"{m['tokens_per_s']:.1f}", f"{m['speedup']:.2f}x",
-                     f"{m['tau']:.2f}" if m.get("tau") else "-", " ".join(f"{x:.2f}" for x in pp) or "-"])
+    for name, m in bench.get("methods", {}).items():
+        pp = (m.get("accept_per_position") or {}).get("cumulative") or []
+        rows.append([name, f"{m['tokens_per_s']:.1f}", f"{m['speedup']:.2f}x",
+                     f"{m['tau']:.2f}" if m.get("tau") else "-", " ".join(f"{x:.2f}" for x in pp) or "-",
+                     str(m.get("differ_from_baseline", "-"))])
     return rows
 
 
@@ -96,7 +97,7 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
 def write_report(run: Path, preset: str, p: dict, log: dict) -> dict:
     train_png = _plot_training(run, run / "training.png")
     bench = log.get("bench", {})
-    bench_png = Path(bench["plot"]) if bench.get("plot") else None
+    bench_png = Path(bench["files"]["png"]) if bench.get("files") else None
     data = log.get("data", {})
     val = log.get("train", {}).get("validation", {})
     small = preset == "quick"
@@ -109,7 +110,7 @@ def write_report(run: Path, preset: str, p: dict, log: dict) -> dict:
         ("Doctor verdicts", _doctor_rows(log.get("doctor", {}))),
         ("Export and serve", [[a, b] for a, b in _export_cmds(run)]),
     ]
-    heads = [["item", "value"], ["method", "tok/s", "speedup", "tau", "cumulative acceptance per position"],
+    heads = [["item", "value"], ["method", "tok/s", "speedup", "tau", "cumulative acceptance per position", "prompts differing"],
              ["doctor", "check", "verdict", "detail"], ["what", "command / value"]]
     more = ("This is the quick preset: a drafter trained for minutes on ~160 self-generated conversations. "
             "tau and speedup grow with data and training: run `eaglewire demo --preset standard` "

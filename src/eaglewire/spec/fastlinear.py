@@ -38,8 +38,13 @@ def _packable(weight: torch.Tensor) -> bool:
 class FastLinear(nn.Module):
     """y = x W^T (+ b) with a weight prepacked once for oneDNN; any leading shape."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, batch_hint: int = 8):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, batch_hint: int = 8,
+                 min_rows: int = 1, max_rows: int = 64):
         super().__init__()
+        # Outside [min_rows, max_rows] MKL wins: oneDNN builds a primitive per new
+        # row count (~1 ms for a 576x1536 weight, paid once per prefill length),
+        # and at M=1 MKL is as fast for the small decoder matrices.
+        self.min_rows, self.max_rows = min_rows, max_rows
         self.out_features, self.in_features = weight.shape
         self.weight = weight.detach()
         self.bias = None if bias is None else bias.detach()
@@ -55,26 +60,30 @@ class FastLinear(nn.Module):
             return F.linear(x, self.weight, self.bias)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).contiguous()  # [M, in]
+        if not self.min_rows <= x2.shape[0] <= self.max_rows:
+            return F.linear(x, self.weight, self.bias)
         y = torch.ops.mkldnn._linear_pointwise(x2, self.packed, self.bias, "none", [], "")
         return y.reshape(*lead, self.out_features)
 
 
 @contextmanager
-def packed_linears(model: nn.Module, enabled: bool = True):
-    """Temporarily route every bias-free-or-not ``nn.Linear`` of ``model`` through FastLinear.
+def packed_linears(model: nn.Module, enabled: bool = True, min_numel: int = 1 << 18):
+    """Temporarily route the large ``nn.Linear`` layers of ``model`` through FastLinear.
 
-    Packing copies each weight (the model's memory roughly doubles while
-    packed). The packs are cached on the module object so re-entering is cheap.
+    Only weights with >= ``min_numel`` elements are packed (for tiny matrices
+    the oneDNN call overhead exceeds the matmul) and only calls with 2..64
+    rows use the pack (verify / tree drafting sizes). Packing copies each
+    weight; the packs are cached on the module object so re-entering is cheap.
     """
     if not enabled:
         yield
         return
     swapped = []
     for mod in model.modules():
-        if type(mod) is nn.Linear and _packable(mod.weight):
+        if type(mod) is nn.Linear and _packable(mod.weight) and mod.weight.numel() >= min_numel:
             fast = getattr(mod, "_eaglewire_fast", None)
             if fast is None or fast.weight.data_ptr() != mod.weight.data_ptr():
-                fast = FastLinear(mod.weight, mod.bias)
+                fast = FastLinear(mod.weight, mod.bias, min_rows=2)
                 object.__setattr__(mod, "_eaglewire_fast", fast)
             mod.forward = fast.forward  # instance attribute shadows the class method
             swapped.append(mod)

@@ -1,0 +1,67 @@
+"""Refuse a drafter that was not trained for this target (unless forced).
+
+A drafter fed the wrong features decodes "fine" with tau ~ 1 (conventions
+§7: shifted layer ids, wrong template, EAGLE-1 serving); the only useful
+behaviour is to say what differs before decoding.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from ..errors import EaglewireError
+from ..points import Point, parse_points
+
+
+def drafter_mismatches(target, drafter, prov: dict) -> tuple[list[str], list[Point] | None]:
+    """(human-readable differences, capture points or None when unreadable)."""
+    from ..targets import chat_template_hash, fingerprint_mismatch, target_fingerprint
+
+    diffs: list[str] = []
+    fp = prov.get("target_fingerprint")
+    if fp:
+        mine = target_fingerprint(target)
+        bad = fingerprint_mismatch(fp, mine)
+        if bad:
+            diffs.append("target fingerprint differs on " + ", ".join(f"{k} ({fp.get(k)} vs {mine.get(k)})" for k in bad))
+    else:
+        diffs.append("checkpoint has no target fingerprint")
+    c = drafter.config
+    if c.target_hidden_size != target.hidden_size:
+        diffs.append(f"hidden size: drafter expects {c.target_hidden_size}, target has {target.hidden_size}")
+    if c.vocab_size != target.vocab_size:
+        diffs.append(f"vocab: drafter has {c.vocab_size}, target has {target.vocab_size}")
+    points = None
+    names = (prov.get("points") or {}).get("names")
+    if not names:
+        diffs.append("checkpoint names no capture points")
+    else:
+        try:
+            points = parse_points(names, target.num_layers)
+        except EaglewireError as e:
+            diffs.append(f"capture points {names}: {e}")
+        if points is not None and len(points) != c.num_aux:
+            diffs.append(f"capture points: {len(points)} named, drafter fc takes {c.num_aux}")
+    sha = prov.get("chat_template_sha")
+    if sha and sha != chat_template_hash(target.tokenizer):
+        diffs.append("chat template differs from the one the training data was rendered with")
+    return diffs, points
+
+
+def load_drafter_for(target, path: Path, force: bool = False):
+    """Load a checkpoint on the target's device/dtype; refuse mismatches unless ``force``."""
+    from ..drafter.checkpoint import load_checkpoint
+
+    drafter, prov = load_checkpoint(Path(path), device=target.device, dtype=target.dtype)
+    diffs, points = drafter_mismatches(target, drafter, prov)
+    if diffs and not force:
+        raise EaglewireError(f"drafter {path} does not match target {target.spec!r}: " + "; ".join(diffs)
+                             + " (use --force to run anyway)")
+    for d in diffs:
+        warnings.warn(f"drafter {path}: {d} (forced)", stacklevel=2)
+    if points is None:
+        raise EaglewireError(f"drafter {path}: cannot tell which target tensors to feed it (no usable capture points)")
+    if drafter.config.vocab_size != target.vocab_size or target.hidden_size * len(points) != drafter.fc.in_features:
+        raise EaglewireError(f"drafter {path}: shapes cannot be wired to target {target.spec!r} even with --force")
+    return drafter, points, prov

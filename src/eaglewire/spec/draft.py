@@ -1,0 +1,159 @@
+"""Drafting with an EAGLE-3 drafter: its own KV cache, chain and EAGLE-2 tree drafts.
+
+What the drafter was trained to do (drafter/ttt.py): at position t it sees
+the TARGET features f[t] and token x[t+1] and predicts x[t+2]; at draft step
+k>0 it is fed its own previous hidden output instead of features, with rope
+position t+k, attending to the step-0 keys of positions <= t plus the keys
+of its own earlier steps at t.
+
+Decoding reproduces exactly that. With committed tokens x[0..n-1] the target
+has produced features for x[0..n-2] (the last token, the bonus, is not
+verified yet). The drafter's REAL cache holds one entry per t = 0..n-2, each
+computed from (f[t], x[t+1]); :meth:`DraftRunner.extend` appends the entries
+of newly accepted tokens after each verify, from the target's features of the
+accepted tokens only. Draft steps then run from the last real hidden output;
+their KV lives in a temporary cache that is thrown away after the round, so
+no drafter entry of a committed position is ever based on drafted features.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..drafter.model import KV, Eagle3Drafter, causal_mask
+from .fastlinear import FastLinear, packed_linears
+from .tree import DraftTree
+
+
+def _cat_kv(a: list[KV] | None, b: list[KV]) -> list[KV]:
+    if a is None:
+        return b
+    return [(torch.cat([ak, bk], 2), torch.cat([av, bv], 2)) for (ak, av), (bk, bv) in zip(a, b, strict=True)]
+
+
+class DraftRunner:
+    """Drafter state for one sequence: real KV for positions 0..length-1 and the last hidden."""
+
+    def __init__(self, drafter: Eagle3Drafter, fast: bool = True):
+        self.drafter, self.fast = drafter, fast
+        # the draft head is small next to the target's but still the drafter's largest matmul
+        self.head = FastLinear(drafter.lm_head.weight) if fast else drafter.lm_head
+        p = next(drafter.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.draft_ids = drafter.draft_target_ids()  # [Dv] target id of each draft id
+        self.reset()
+
+    def reset(self) -> None:
+        self.kv: list[KV] | None = None
+        self.length = 0  # real entries = committed tokens - 1
+        self.last: torch.Tensor | None = None  # [1, 1, H] hidden output at position length-1
+
+    @torch.inference_mode()
+    def extend(self, next_tokens: torch.Tensor, feats: torch.Tensor) -> None:
+        """Append real entries: ``next_tokens[:, i]`` = x[t+1] for features ``feats[:, i]`` = f[t].
+
+        next_tokens: [1, T] target ids; feats: [1, T, A*Ht] target features.
+        """
+        t = next_tokens.shape[1]
+        hidden = self.drafter.project(feats.to(self.dtype))  # [1, T, H]
+        pos = torch.arange(self.length, self.length + t, device=self.device)[None]  # [1, T]
+        mask = causal_mask(t, self.length, device=self.device)  # [1, 1, T, P+T]
+        with packed_linears(self.drafter, self.fast):
+            out, new = self.drafter.step(next_tokens.to(self.device), hidden, pos, self.kv, mask)
+        self.kv = _cat_kv(self.kv, new)
+        self.length += t
+        self.last = out[:, -1:]  # [1, 1, H]
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.head(self.drafter.norm(hidden)).float()  # [..., Dv], = drafter.logits
+
+    def _step(self, tokens: list[int], hidden: torch.Tensor, pos: int, past: list[KV] | None,
+              tree_cols: torch.Tensor) -> tuple[torch.Tensor, list[KV]]:
+        """Draft step for k nodes at one depth. tree_cols: bool [k, C+k] over the temporary cache."""
+        k = len(tokens)
+        ids = torch.tensor([tokens], device=self.device)  # [1, k]
+        prefix = torch.ones(k, self.length, dtype=torch.bool, device=self.device)
+        mask = torch.cat([prefix, tree_cols.to(self.device)], 1)[None, None]  # [1, 1, k, P+C+k]
+        position = torch.full((1, k), pos, device=self.device)
+        with packed_linears(self.drafter, self.fast):
+            return self.drafter.step(ids, hidden, position, past, mask)
+
+    @torch.inference_mode()
+    def chain(self, root: int, depth: int, sample=None) -> DraftTree:
+        """A chain of ``depth`` drafts. ``sample(logits [Dv]) -> (draft id, probs [Dv])`` or None = argmax."""
+        tree = DraftTree(root=root)
+        h, past = self.last, self.kv
+        for step in range(depth):
+            logits = self._logits(h)[0, -1]  # [Dv]
+            if sample is None:
+                ix, probs = int(logits.argmax()), None
+            else:
+                ix, p = sample(logits)
+                probs = self._to_target_vocab(p)
+            tok = int(self.draft_ids[ix])
+            tree.tokens.append(tok)
+            tree.parents.append(step)
+            tree.probs.append(probs)
+            if step == depth - 1:
+                break
+            cols = torch.ones(1, step + 1, dtype=torch.bool)
+            h, new = self._step([tok], h, self.length - 1 + step + 1, past, cols)
+            past = _cat_kv(past, new)
+        return tree
+
+    def _to_target_vocab(self, p: torch.Tensor) -> torch.Tensor:
+        full = torch.zeros(self.drafter.config.vocab_size, device=p.device)
+        return full.index_copy_(0, self.draft_ids, p.float())  # [V]
+
+    @torch.inference_mode()
+    def tree(self, root: int, top_k: int, depth: int, total_tokens: int) -> DraftTree:
+        """EAGLE-2 dynamic tree: expand the top_k best frontier nodes per level, rerank globally.
+
+        Scores are cumulative draft log-probs. Every expanded node adds its
+        top_k children as candidates; the frontier of the next level is the
+        top_k candidates by score. Finally the ``total_tokens - 1`` best
+        candidates are kept; a child never outscores its parent and the sort
+        is stable (parents are inserted first), so the kept set is closed
+        under ancestors and parents precede children.
+        """
+        k = min(top_k, self.draft_ids.numel())
+        logp = self._logits(self.last)[0, -1].log_softmax(-1)  # [Dv]
+        s, ix = logp.topk(k)
+        toks = self.draft_ids[ix].tolist()
+        scores, parents, anc = s.tolist(), [-1] * k, [[i] for i in range(k)]
+        frontier = list(range(k))
+        hidden = self.last.expand(1, k, -1)  # [1, k, H]
+        past, cols, kv_col = self.kv, 0, {}
+        for level in range(2, depth + 1):
+            m = torch.zeros(k, cols + k, dtype=torch.bool)
+            for j, f in enumerate(frontier):
+                for a in anc[f][:-1]:
+                    m[j, kv_col[a]] = True
+                m[j, cols + j] = True
+                kv_col[f] = cols + j
+            out, new = self._step([toks[f] for f in frontier], hidden, self.length + level - 2, past, m)
+            past, cols = _cat_kv(past, new), cols + k
+            cs, ci = self._logits(out)[0].log_softmax(-1).topk(k, dim=-1)  # [k, k]
+            cum = torch.tensor([scores[f] for f in frontier], device=cs.device)[:, None] + cs  # [k, k]
+            first = len(toks)
+            flat_par = [frontier[r] for r in range(k) for _ in range(k)]
+            toks += self.draft_ids[ci.flatten()].tolist()
+            scores += cum.flatten().tolist()
+            parents += flat_par
+            anc += [anc[p] + [first + i] for i, p in enumerate(flat_par)]
+            best = cum.flatten().topk(k).indices  # [k] indices into the k*k block
+            frontier = [first + int(b) for b in best]
+            hidden = out[:, best // k]  # [1, k, H]: each new frontier node's parent output
+        return _select(toks, parents, scores, root, total_tokens - 1)
+
+
+def _select(toks: list[int], parents: list[int], scores: list[float], root: int, n: int) -> DraftTree:
+    """Keep the n best candidates (stable sort by score) as a DraftTree."""
+    order = sorted(range(len(toks)), key=lambda i: -scores[i])[:n]
+    index = {c: i + 1 for i, c in enumerate(order)}
+    tree = DraftTree(root=root)
+    for c in order:
+        tree.tokens.append(toks[c])
+        tree.parents.append(0 if parents[c] < 0 else index[parents[c]])
+        tree.probs.append(None)
+    return tree

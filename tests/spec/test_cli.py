@@ -1,0 +1,75 @@
+"""Drafter/target compatibility checks and the generate / bench commands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import random_drafter
+from eaglewire.cli import app
+from eaglewire.drafter.checkpoint import save_checkpoint
+from eaglewire.errors import EaglewireError
+from eaglewire.points import eagle3_default
+from eaglewire.spec.compat import load_drafter_for
+from eaglewire.targets import chat_template_hash, target_fingerprint
+
+
+@pytest.fixture(scope="module")
+def llama_ckpt(tiny_targets, tmp_path_factory):
+    t = tiny_targets["llama"]
+    out = tmp_path_factory.mktemp("ckpt") / "drafter"
+    names = [p.name for p in eagle3_default(t.num_layers)]
+    prov = {"target_fingerprint": target_fingerprint(t), "chat_template_sha": chat_template_hash(t.tokenizer)}
+    return save_checkpoint(out, random_drafter(t), names, t.num_layers, prov)
+
+
+def test_matching_drafter_loads(tiny_targets, llama_ckpt):
+    drafter, points, _ = load_drafter_for(tiny_targets["llama"], llama_ckpt)
+    assert [p.name for p in points] == [p.name for p in eagle3_default(8)]
+
+
+def test_fingerprint_refusal_and_force(tiny_targets, llama_ckpt):
+    other = tiny_targets["qwen3"]
+    with pytest.raises(EaglewireError, match="does not match target.*fingerprint.*--force"):
+        load_drafter_for(other, llama_ckpt)
+    with pytest.warns(UserWarning, match="forced"):
+        load_drafter_for(other, llama_ckpt, force=True)
+
+
+def test_points_mismatch_refused(tiny_targets, llama_ckpt, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(llama_ckpt, bad)
+    prov = json.loads((bad / "eaglewire.json").read_text())
+    prov["points"]["names"] = ["layers.1.out", "layers.30.out", "layers.4.out"]
+    (bad / "eaglewire.json").write_text(json.dumps(prov))
+    with pytest.raises(EaglewireError, match="capture points"):
+        load_drafter_for(tiny_targets["llama"], bad)
+
+
+def test_generate_cli_json(tiny_targets, llama_ckpt):
+    r = CliRunner().invoke(app, ["generate", "--target", "tiny:llama", "--drafter", str(llama_ckpt),
+                                 "--prompt", "Hello", "--max-new-tokens", "8", "--json", "--mode", "chain"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    for k in ("text", "token_ids", "tau", "accept_per_position", "tokens_per_s", "time_s", "accept_hist"):
+        assert k in d
+    assert len(d["token_ids"]) == 8
+    r = CliRunner().invoke(app, ["generate", "--target", "tiny:llama", "--prompt", " ", "--json"])
+    assert r.exit_code != 0 and "empty" in str(r.exception)
+
+
+def test_bench_cli(tiny_targets, llama_ckpt, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "Hello, how are you?"}\n{"messages": [{"role": "user", "content": "Tell me a story."}]}\n')
+    r = CliRunner().invoke(app, ["bench", "--target", "tiny:llama", "--drafter", str(llama_ckpt), "--prompts",
+                                 str(prompts), "--max-new-tokens", "8", "--out", str(tmp_path / "b"), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert set(d["methods"]) == {"hf_generate", "eaglewire_plain", "hf_prompt_lookup", "eaglewire_chain", "eaglewire_tree"}
+    assert d["greedy_outputs_match"], d
+    for f in ("bench.json", "bench.md", "bench.png"):
+        assert (tmp_path / "b" / f).is_file()

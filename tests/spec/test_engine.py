@@ -1,0 +1,140 @@
+"""Speculative decoding: greedy exactness, KV rollback, stops, metrics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import ARCHS, PROMPTS, greedy_reference, random_drafter
+from eaglewire.errors import EaglewireError
+from eaglewire.points import eagle3_default
+from eaglewire.spec.engine import SpecConfig, SpecEngine
+from eaglewire.spec.target_runner import TargetRunner
+from eaglewire.spec.tree import DraftTree
+
+MAX_NEW = 24
+
+
+def _check_exact(target, drafter, points, modes=("chain", "tree"), prompts=PROMPTS[:2], **kw):
+    eng = SpecEngine(target, drafter, points)
+    results = {}
+    for p in prompts:
+        ids = eng.encode(p)
+        ref = greedy_reference(target, ids, MAX_NEW)
+        for mode in modes:
+            r = eng.generate(ids, SpecConfig(mode=mode, max_new_tokens=MAX_NEW, **kw))
+            assert r.token_ids == ref, (mode, p)
+            results.setdefault(mode, []).append(r)
+    return results
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_exact_random_drafter(tiny_targets, arch):
+    t = tiny_targets[arch]
+    _check_exact(t, random_drafter(t), eagle3_default(t.num_layers), modes=("plain", "chain", "tree"))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_exact_trained_drafter(tiny_targets, trained_drafters, arch):
+    t = tiny_targets[arch]
+    drafter, points = trained_drafters[arch]
+    res = _check_exact(t, drafter, points, prompts=PROMPTS[:3])
+    # other tree shapes and the unpacked (plain MKL) path must agree too
+    _check_exact(t, drafter, points, modes=("tree",), prompts=PROMPTS[3:4], top_k=2, tree_depth=3, total_tokens=6)
+    if arch == "llama":
+        for mode in ("chain", "tree"):
+            steps = [s for r in res[mode] for s in r.metrics.steps]
+            tau = sum(s.accepted + s.bonus for s in steps) / len(steps)
+            assert tau > 1.5, (mode, tau)
+
+
+def test_unpacked_path_exact(tiny_targets):
+    t = tiny_targets["llama"]
+    eng = SpecEngine(t, random_drafter(t), eagle3_default(t.num_layers), fast=False)
+    ids = eng.encode(PROMPTS[0])
+    assert eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=16)).token_ids == greedy_reference(t, ids, 16)
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+def test_tree_forward_and_rollback(tiny_targets, arch):
+    """Each tree node's hidden equals decoding its path alone; keep() leaves exactly the path's KV."""
+    t = tiny_targets[arch]
+    prefix = torch.tensor([[5, 17, 33, 8, 91, 12]])
+    tree = DraftTree(root=40, tokens=[7, 9, 11, 13, 15], parents=[0, 0, 1, 2, 3])
+    runner = TargetRunner(t)
+    runner.forward(prefix)
+    p = runner.length
+    hidden, _ = runner.forward(torch.tensor([tree.all_tokens]), tree.position_ids(p), tree.ancestor_mask())
+    ref = TargetRunner(t)
+    for node, path in [(4, [0, 2, 4]), (5, [0, 1, 3, 5])]:
+        ref.reset()
+        toks = [tree.all_tokens[i] for i in path]
+        h_ref, _ = ref.forward(torch.cat([prefix, torch.tensor([toks])], 1))
+        torch.testing.assert_close(hidden[0, node], h_ref[0, -1], rtol=1e-4, atol=1e-4)
+    runner.keep(len(tree) + 1, [0, 2, 4])
+    ref.reset()
+    ref.forward(torch.cat([prefix, torch.tensor([[40, 9, 13]])], 1))
+    assert runner.length == ref.length == p + 3
+    for a, b in zip(runner.cache.layers, ref.cache.layers, strict=True):
+        torch.testing.assert_close(a.keys, b.keys, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(a.values, b.values, rtol=1e-4, atol=1e-4)
+    # the next forward after rollback sees exactly the kept prefix
+    h1, _ = runner.forward(torch.tensor([[21]]))
+    h2, _ = ref.forward(torch.tensor([[21]]))
+    torch.testing.assert_close(h1, h2, rtol=1e-4, atol=1e-4)
+
+
+def test_metrics_consistency(tiny_targets, trained_drafters):
+    t = tiny_targets["llama"]
+    drafter, points = trained_drafters["llama"]
+    eng = SpecEngine(t, drafter, points)
+    for mode in ("chain", "tree"):
+        r = eng.generate(eng.encode(PROMPTS[1]), SpecConfig(mode=mode, max_new_tokens=30))
+        m, d = r.metrics, r.to_dict()
+        assert m.prefill_tokens + sum(s.accepted + s.bonus for s in m.steps) - m.stop_trimmed == len(r.token_ids)
+        assert d["generated_tokens"] == len(r.token_ids) == 30
+        assert sum(d["accept_hist"].values()) == d["verify_steps"]
+        assert abs(d["tau"] - (d["accepted_tokens"] + d["bonus_tokens"]) / d["verify_steps"]) < 1e-9
+        cum, cond = d["accept_per_position"]["cumulative"], d["accept_per_position"]["conditional"]
+        assert len(cum) == len(cond) > 0 and all(0 <= x <= 1 for x in cum + cond)
+        assert all(a >= b - 1e-12 for a, b in zip(cum, cum[1:], strict=False))  # cumulative never rises
+        tm = d["time_s"]
+        assert abs(tm["prefill"] + tm["draft"] + tm["verify"] + tm["other"] - tm["total"]) < 1e-6
+        assert d["tokens_per_s"] > 0
+
+
+def test_stop_string_and_eos(tiny_targets, trained_drafters):
+    t = tiny_targets["llama"]
+    drafter, points = trained_drafters["llama"]
+    eng = SpecEngine(t, drafter, points)
+    ids = eng.encode(PROMPTS[2])
+    full = eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=30))
+    text = full.text
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
+    assert stop.strip()
+    r = eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=30, stop=[stop]))
+    assert r.finish_reason == "stop_string"
+    assert r.text == text[: text.find(stop)]
+    assert stop in t.tokenizer.decode(r.token_ids) and r.token_ids == full.token_ids[: len(r.token_ids)]
+    m = r.metrics
+    assert m.prefill_tokens + sum(s.accepted + s.bonus for s in m.steps) - m.stop_trimmed == len(r.token_ids)
+    # EOS: a drafter-free target whose eos is forced to be the first greedy token stops at once
+    eos_first = full.token_ids[0]
+    orig = t.model.generation_config.eos_token_id
+    t.model.generation_config.eos_token_id = [eos_first]
+    try:
+        r = eng.generate(ids, SpecConfig(mode="chain", max_new_tokens=30))
+    finally:
+        t.model.generation_config.eos_token_id = orig
+    assert r.token_ids == [eos_first] and r.finish_reason == "eos"
+
+
+def test_bad_prompts(tiny_targets):
+    t = tiny_targets["llama"]
+    eng = SpecEngine(t)
+    with pytest.raises(EaglewireError, match="empty"):
+        eng.encode("   ")
+    with pytest.raises(EaglewireError, match="context"):
+        eng.generate([5] * 2000, SpecConfig(mode="plain"))
+    with pytest.raises(EaglewireError, match="drafter"):
+        eng.generate([5, 6], SpecConfig(mode="tree"))
