@@ -1,4 +1,4 @@
-"""`data-import`: speculators hidden-state files and SpecForge captures -> eaglewire datasets."""
+"""`data import`: speculators hidden-state files and SpecForge captures -> eaglewire datasets."""
 
 from __future__ import annotations
 

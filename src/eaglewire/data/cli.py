@@ -264,4 +264,7 @@ def register(app: typer.Typer) -> None:
     build_command(data, "info", InfoConfig,
                   lambda c: (_print if c.json else _human_info)(info(c.data, c.verify)),
                   "Show a dataset's provenance: target, points in every engine's ids, counts, vocab.")
+    from ..export.cli import register_data_import
+
+    register_data_import(data)
     app.add_typer(data, name="data")

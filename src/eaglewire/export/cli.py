@@ -1,4 +1,4 @@
-"""Commands of the export stage: `export`, `import`, `data-import`.
+"""Commands of the export stage: `export`, `import`, and `data import` (registered under `data`).
 
 Warnings (e.g. SGLang versions reading the written ids differently) go both
 into the JSON result and to stderr, so neither a script nor a person misses them.
@@ -22,7 +22,6 @@ def _print(res: dict, as_json: bool, line: str) -> None:
 def register(app) -> None:
     from ..config import build_command
     from .exporter import ExportConfig, run_export
-    from .foreign_data import DataImportConfig, run_data_import
     from .importer import ImportConfig, run_import
 
     def export(cfg: ExportConfig) -> None:
@@ -35,14 +34,21 @@ def register(app) -> None:
         _print(r, cfg.json, f"imported {r['format']} drafter into {r['out']}: points {r['points']}"
                             + "".join(f"\n  assumed: {a}" for a in r["assumed"]))
 
+    build_command(app, "export", ExportConfig, export,
+                  "Export a drafter for SGLang/SpecForge, vLLM, speculators or the official EAGLE code.")
+    build_command(app, "import", ImportConfig, imp,
+                  "Import an SGLang/SpecForge, vLLM, speculators or official EAGLE drafter as an eaglewire checkpoint.")
+
+
+def register_data_import(data_app) -> None:
+    """`eaglewire data import`: lives with the other data commands."""
+    from ..config import build_command
+    from .foreign_data import DataImportConfig, run_data_import
+
     def data_import(cfg: DataImportConfig) -> None:
         r = run_data_import(cfg)
         _print(r, cfg.json, f"imported {r['num_samples']} samples ({r['num_tokens']} tokens) from {r['format']} "
                             f"into {r['out']}: points {r['points']}")
 
-    build_command(app, "export", ExportConfig, export,
-                  "Export a drafter for SGLang/SpecForge, vLLM, speculators or the official EAGLE code.")
-    build_command(app, "import", ImportConfig, imp,
-                  "Import an SGLang/SpecForge, vLLM, speculators or official EAGLE drafter as an eaglewire checkpoint.")
-    build_command(app, "data-import", DataImportConfig, data_import,
+    build_command(data_app, "import", DataImportConfig, data_import,
                   "Import speculators hidden-state files or SpecForge offline captures as an eaglewire dataset.")

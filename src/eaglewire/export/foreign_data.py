@@ -1,4 +1,4 @@
-"""`eaglewire data-import`: speculators hidden-state files and SpecForge offline
+"""`eaglewire data import`: speculators hidden-state files and SpecForge offline
 captures -> an eaglewire feature dataset (manifest.json + safetensors shards).
 
 What the foreign files hold (read from their source):
