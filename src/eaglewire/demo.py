@@ -32,11 +32,11 @@ BENCH_PROMPTS = [
 
 PRESETS = {
     # ~15 minutes on the 2-core CPU machine: a small run, labelled as such in the report.
-    "quick": dict(self_prompts=160, max_new_tokens=160, train_epochs=6, batch_size=4, lr=1e-3,
-                  bench_prompts=4, bench_tokens=96),
+    "quick": dict(self_prompts=96, prompt_tokens=48, max_new_tokens=128, train_epochs=3, max_len=512,
+                  batch_size=4, lr=1e-3, bench_prompts=4, bench_tokens=96),
     # the recipe for the best tau this machine reaches in a few hours.
-    "standard": dict(self_prompts=1200, max_new_tokens=256, train_epochs=10, batch_size=4, lr=5e-4,
-                     bench_prompts=8, bench_tokens=160),
+    "standard": dict(self_prompts=1000, prompt_tokens=64, max_new_tokens=256, train_epochs=4, max_len=1024,
+                     batch_size=4, lr=5e-4, bench_prompts=8, bench_tokens=160),
 }
 
 
@@ -71,7 +71,7 @@ def _data(cfg: DemoConfig, p: dict, run: Path) -> dict:
 
     out = run / "data"
     return run_build(BuildConfig(out=out, target=cfg.target, self_prompts=p["self_prompts"],
-                                 max_new_tokens=p["max_new_tokens"], batch_size=16, seed=cfg.seed,
+                                 self_prompt_tokens=p["prompt_tokens"], max_new_tokens=p["max_new_tokens"], batch_size=16, seed=cfg.seed,
                                  device=cfg.device, resume=out.exists()))
 
 
@@ -80,7 +80,7 @@ def _train(cfg: DemoConfig, p: dict, run: Path) -> dict:
 
     out = run / "train"
     return run_train(TrainConfig(data=run / "data", out=out, epochs=p["train_epochs"], batch_size=p["batch_size"],
-                                 lr=p["lr"], seed=cfg.seed, device=cfg.device, save_every=25, val_fraction=0.05,
+                                 lr=p["lr"], seed=cfg.seed, max_len=p["max_len"], device=cfg.device, save_every=25, val_fraction=0.05,
                                  resume=(out / "state").exists()))
 
 

@@ -112,7 +112,8 @@ def write_report(run: Path, preset: str, p: dict, log: dict) -> dict:
     ]
     heads = [["item", "value"], ["method", "tok/s", "speedup", "tau", "cumulative acceptance per position", "prompts differing"],
              ["doctor", "check", "verdict", "detail"], ["what", "command / value"]]
-    more = ("This is the quick preset: a drafter trained for minutes on ~160 self-generated conversations. "
+    more = (f"This is the quick preset: a drafter trained for minutes on {p.get('self_prompts', '?')} self-generated "
+            "conversations. "
             "tau and speedup grow with data and training: run `eaglewire demo --preset standard` "
             "(a few hours) or train on more prompts with `eaglewire data build --self-prompts N`.")
     md = [f"# eaglewire demo report ({preset})", "", more if small else "", "", "![training](training.png)", ""]

@@ -22,6 +22,7 @@ class GenerateConfig:
     target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
     prompts: Path | None = opt(None, "JSONL of prompts, ShareGPT conversations or OpenAI messages")
     self_prompts: int = opt(0, "number of prompts to sample from the target itself (Magpie-style)")
+    self_prompt_tokens: int = opt(64, "max tokens of each self-generated prompt")
     max_new_tokens: int = opt(256, "max tokens per regenerated answer")
     temperature: float = opt(0.0, "0 = greedy answers")
     top_p: float = opt(1.0, "nucleus sampling for answers when temperature > 0")
@@ -62,6 +63,7 @@ class BuildConfig:
     target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
     prompts: Path | None = opt(None, "JSONL of prompts / ShareGPT / OpenAI messages")
     self_prompts: int = opt(0, "number of prompts sampled from the target itself")
+    self_prompt_tokens: int = opt(64, "max tokens of each self-generated prompt")
     max_new_tokens: int = opt(256, "max tokens per regenerated answer")
     temperature: float = opt(0.0, "answer sampling temperature (0 = greedy)")
     top_p: float = opt(1.0, "nucleus sampling for answers")
@@ -110,7 +112,8 @@ def _collect_prompts(cfg, target) -> tuple[list, dict]:
         counts["loaded"] = len(loaded)
         convs += loaded
     if cfg.self_prompts > 0:
-        sp, sp_counts = self_prompts(target, cfg.self_prompts, seed=cfg.seed, batch_size=cfg.batch_size)
+        sp, sp_counts = self_prompts(target, cfg.self_prompts, seed=cfg.seed, batch_size=cfg.batch_size,
+                                     max_new_tokens=cfg.self_prompt_tokens)
         counts["self_prompts"] = sp_counts.__dict__ if hasattr(sp_counts, "__dict__") else sp_counts
         convs += sp
     convs, dropped = dedupe(convs)

@@ -121,11 +121,157 @@ class DrafterAttention(nn.Module):
         else:
             k_all, v_all = k, v
         rep = self.nh // self.nkv
-        out = F.scaled_dot_product_attention(
-            q, repeat_kv(k_all, rep), repeat_kv(v_all, rep), attn_mask=mask
-        )  # [B, nh, T, hd]
+        if q.device.type == "cpu":  # CPU SDPA groups heads itself: no repeat_kv copies
+            out = F.scaled_dot_product_attention(
+                q, k_all, v_all, attn_mask=mask, enable_gqa=rep > 1
+            )  # [B, nh, T, hd]
+        else:  # CUDA's masked (memory-efficient) kernel has no GQA; keep explicit copies
+            out = F.scaled_dot_product_attention(
+                q, repeat_kv(k_all, rep), repeat_kv(v_all, rep), attn_mask=mask
+            )  # [B, nh, T, hd]
         out = self.o_proj(out.transpose(1, 2).reshape(b, t, self.nh * self.hd))  # [B, T, H]
         return out, (k, v)
+
+    def forward_ttt(
+        self,
+        x: torch.Tensor,  # [B, T, in_dim]
+        cos: torch.Tensor,  # [B, T, hd]
+        sin: torch.Tensor,  # [B, T, hd]
+        steps: list[KV],  # keys/values of TTT steps 0..k-1, each [B, nkv, T, hd]
+    ) -> tuple[torch.Tensor, KV]:
+        """TTT step k = ``len(steps)``: the block mask [causal | eye * k] without the block mask.
+
+        Query t attends to the step-0 keys of positions <= t (causal) and to
+        the keys of steps 1..k at position t only (its own new key included
+        when k >= 1). The causal part is one causal attention returning its
+        log-sum-exp; the k diagonal scores are per-position dot products; the
+        two are merged with a softmax over [lse_causal, d_1..d_k], so the result
+        equals the masked softmax over all (k+1)T keys (same loss, same
+        gradients) at the cost of a T x T causal attention plus O(kT).
+        """
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)  # [B, nh, T, hd]
+        k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)  # [B, nkv, T, hd]
+        v = self.v_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)  # [B, nkv, T, hd]
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        scale = self.hd**-0.5
+        if not steps:  # step 0: plain causal attention over the new keys
+            out = _causal_attention(q, k, v, scale)  # [B, nh, T, hd]
+        else:
+            k0, v0 = steps[0]
+            o0, lse0 = _causal_attention_lse(q, k0, v0, scale)  # [B, nh, T, hd], [B, nh, T]
+            rep = self.nh // self.nkv
+            kd = torch.stack([kj for kj, _ in steps[1:]] + [k], dim=2)  # [B, nkv, k, T, hd]
+            vd = torch.stack([vj for _, vj in steps[1:]] + [v], dim=2)  # [B, nkv, k, T, hd]
+            qg = q.unflatten(1, (self.nkv, rep))  # [B, nkv, rep, T, hd]
+            # d[..., j, t] = q_t . k_{j+1, t}: [B, nkv, rep, 1, T, hd] x [B, nkv, 1, k, T, hd]
+            diag = (qg.unsqueeze(3) * kd.unsqueeze(2)).sum(-1) * scale  # [B, nkv, rep, k, T]
+            lse0 = lse0.unflatten(1, (self.nkv, rep)).unsqueeze(3)  # [B, nkv, rep, 1, T]
+            w = torch.cat([lse0, diag], dim=3).softmax(dim=3)  # [B, nkv, rep, 1+k, T]
+            out = o0.unflatten(1, (self.nkv, rep)) * w[:, :, :, 0, :, None]  # [B,nkv,rep,T,hd]
+            # sum_j w_j v_j: [B, nkv, rep, k, T, 1] x [B, nkv, 1, k, T, hd] summed over k
+            out = out + (w[:, :, :, 1:, :, None] * vd.unsqueeze(2)).sum(3)
+            out = out.flatten(1, 2)  # [B, nh, T, hd]
+        out = self.o_proj(out.transpose(1, 2).reshape(b, t, self.nh * self.hd))  # [B, T, H]
+        return out, (k, v)
+
+
+def _causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Causal GQA attention ``[B, nh, T, hd]`` over ``[B, nkv, T, hd]`` keys (SDPA)."""
+    rep = q.shape[1] // k.shape[1]
+    if q.device.type == "cpu":
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=scale, enable_gqa=rep > 1
+        )
+    return F.scaled_dot_product_attention(
+        q, repeat_kv(k, rep), repeat_kv(v, rep), is_causal=True, scale=scale
+    )
+
+
+_cpu_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_cpu_flash_bwd = getattr(
+    torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None
+)
+_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+class _CPUFlashCausalLSE(torch.autograd.Function):
+    """Causal GQA attention on CPU's flash kernel returning (out, lse), both differentiable.
+
+    The kernel's backward only knows ``dout``; it forms dS = P * (dP - D) with
+    D = rowsum(dout * out). A gradient ``dlse`` enters as dS = P * (dP - D +
+    dlse), which the unmodified kernel computes when handed one extra head
+    column: zero in q, k, v, ``-dlse`` in ``out`` and 1 in ``dout`` (scores and
+    dP are unchanged, D becomes D - dlse).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale):  # noqa: ANN001, ANN205
+        out, lse = _cpu_flash(q, k, v, 0.0, True, scale=scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.scale = scale
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):  # noqa: ANN001, ANN205
+        q, k, v, out, lse = ctx.saved_tensors
+        if dout is None and dlse is None:
+            return None, None, None, None
+        if dout is None:
+            dout = torch.zeros_like(out)
+        if dlse is None:
+            grads = _cpu_flash_bwd(dout, q, k, v, out, lse, 0.0, True, scale=ctx.scale)
+            return grads[0], grads[1], grads[2], None
+        hd = q.shape[-1]
+        pad = (0, 1)
+        out_x = torch.cat([out, -dlse.unsqueeze(-1).to(out.dtype)], dim=-1)
+        dq, dk, dv = _cpu_flash_bwd(
+            F.pad(dout, pad, value=1.0),
+            F.pad(q, pad),
+            F.pad(k, pad),
+            F.pad(v, pad),
+            out_x,
+            lse,
+            0.0,
+            True,
+            scale=ctx.scale,
+        )
+        return dq[..., :hd], dk[..., :hd], dv[..., :hd], None
+
+
+def _causal_attention_lse(
+    q: torch.Tensor,  # [B, nh, T, hd]
+    k: torch.Tensor,  # [B, nkv, T, hd]
+    v: torch.Tensor,  # [B, nkv, T, hd]
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal GQA attention and its log-sum-exp: ``([B, nh, T, hd], [B, nh, T])``.
+
+    CPU: the flash kernel (never materialises T x T, skips the upper blocks).
+    Elsewhere: grouped matmul + causal mask + logsumexp, differentiable by autograd.
+    """
+    if q.device.type == "cpu" and _cpu_flash is not None and q.dtype in _FLASH_DTYPES:
+        return _CPUFlashCausalLSE.apply(q, k, v, scale)
+    return _causal_attention_lse_matmul(q, k, v, scale)
+
+
+def _causal_attention_lse_matmul(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference/fallback for :func:`_causal_attention_lse` (materialises T x T scores)."""
+    b, nh, t, hd = q.shape
+    nkv = k.shape[1]
+    qg = q.reshape(b, nkv, (nh // nkv) * t, hd)  # heads of a group stacked on rows
+    s = (qg @ k.transpose(-1, -2)).view(b, nh, t, t) * scale  # [B, nh, T, T]
+    upper = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    s = s.masked_fill(upper, float("-inf"))
+    lse = s.logsumexp(dim=-1)  # [B, nh, T]
+    p = (s - lse.unsqueeze(-1)).exp()
+    out = (p.view(b, nkv, -1, t) @ v).view(b, nh, t, hd)
+    return out, lse
 
 
 class DrafterLayer(nn.Module):
@@ -156,8 +302,10 @@ class DrafterLayer(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         past: KV | None,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
+        ttt_steps: list[KV] | None = None,
     ) -> tuple[torch.Tensor, KV]:
+        """``ttt_steps`` given: TTT attention (see ``DrafterAttention.forward_ttt``), no mask."""
         if self.eagle:
             h_n = self.hidden_norm(hidden)  # [B, T, H]
             residual = h_n if self.norm_before_residual else hidden
@@ -165,7 +313,10 @@ class DrafterLayer(nn.Module):
         else:
             residual = hidden
             x = self.input_layernorm(hidden)  # [B, T, H]
-        attn, kv = self.self_attn(x, cos, sin, past, mask)
+        if ttt_steps is None:
+            attn, kv = self.self_attn(x, cos, sin, past, mask)
+        else:
+            attn, kv = self.self_attn.forward_ttt(x, cos, sin, ttt_steps)
         hidden = residual + attn  # [B, T, H]
         hidden = hidden + self.mlp(self.post_attention_layernorm(hidden))
         return hidden, kv
@@ -276,6 +427,38 @@ class Eagle3Drafter(nn.Module):
         for i, layer in enumerate(layers):
             past = None if past_kv is None else past_kv[i]
             hidden, kv = layer(hidden, embeds if i == 0 else None, cos, sin, past, mask)
+            new_kv.append(kv)
+        return hidden, new_kv
+
+    def step_ttt(
+        self,
+        input_ids: torch.Tensor,  # [B, T]
+        hidden: torch.Tensor,  # [B, T, H]
+        position_ids: torch.Tensor,  # [B, T] (or [1, T])
+        ttt_cache: list[list[KV]] | None,  # per layer, per earlier step: [B, nkv, T, hd]
+    ) -> tuple[torch.Tensor, list[KV]]:
+        """TTT step k over all T positions; k = number of cached steps (0 when ``None``).
+
+        Same result as :meth:`step` with the past = the k cached steps
+        concatenated and the block mask [causal | eye * k] (query t sees the
+        step-0 keys of positions <= t and the keys of steps 1..k at t), but
+        without materialising the (k+1)T-key mask: one causal attention plus
+        per-position dot products. Returns the hidden output and, per layer,
+        the new step's K/V (the caller appends them to its per-layer list).
+        """
+        layers = self.decoder_layers
+        if ttt_cache is None:
+            ttt_cache = [[] for _ in layers]
+        if len(ttt_cache) != len(layers):
+            raise ValueError(f"ttt_cache has {len(ttt_cache)} entries for {len(layers)} layers")
+        embeds = self.embed_tokens(input_ids).to(hidden.dtype)  # [B, T, H]
+        position_ids = position_ids.expand(hidden.shape[0], -1)
+        cos, sin = self.rotary_emb(hidden, position_ids)  # [B, T, hd] each
+        new_kv: list[KV] = []
+        for i, layer in enumerate(layers):
+            hidden, kv = layer(
+                hidden, embeds if i == 0 else None, cos, sin, None, None, ttt_steps=ttt_cache[i]
+            )
             new_kv.append(kv)
         return hidden, new_kv
 

@@ -139,23 +139,45 @@ def _shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def _step_loss(
-    model: Eagle3Drafter, hidden: torch.Tensor, tg: _Targets, shift: int
+    model: Eagle3Drafter,
+    hidden: torch.Tensor,
+    tg: _Targets,
+    shift: int,
+    gather: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Masked soft CE and top-1 agreement of draft positions t vs targets at t+shift."""
+    """Masked soft CE and top-1 agreement of draft positions t vs targets at t+shift.
+
+    ``gather`` (default: on CPU): run the draft head only on the valid rows.
+    Masked rows contribute exactly zero loss and gradient either way, so this
+    only skips work; it is off on accelerators, where boolean indexing would
+    sync with the host.
+    """
     n = hidden.shape[1] - shift  # draft positions whose target exists
     if n <= 0:
         zero = torch.zeros((), dtype=torch.long, device=hidden.device)
         return hidden.sum() * 0.0, zero, zero
-    logits = model.logits(hidden[:, :n])  # [B, n, D]
-    logp = logits.to(_compute_dtype(logits.dtype)).log_softmax(dim=-1)
+    if gather is None:
+        gather = hidden.device.type == "cpu"
     probs = tg.probs[:, shift:]  # [B, n, D]
     valid = tg.valid[:, shift:]  # [B, n]
-    ce = -(probs * logp).sum(dim=-1)  # [B, n]
+    target = tg.argmax[:, shift:]  # [B, n]
     count = valid.sum()
+    if gather:
+        hidden, probs, target = hidden[:, :n][valid], probs[valid], target[valid]  # [N, ...]
+        logits = model.logits(hidden)  # [N, D]
+        dtype = torch.promote_types(_compute_dtype(logits.dtype), probs.dtype)
+        ce = F.cross_entropy(logits.to(dtype), probs.to(dtype), reduction="sum")  # soft targets
+        loss = ce / count.clamp(min=1)
+        with torch.no_grad():
+            correct = (model.draft_to_target(logits.argmax(dim=-1)) == target).sum()
+        return loss, correct, count
+    logits = model.logits(hidden[:, :n])  # [B, n, D]
+    logp = logits.to(_compute_dtype(logits.dtype)).log_softmax(dim=-1)
+    ce = -(probs * logp).sum(dim=-1)  # [B, n]
     loss = (ce * valid).sum() / count.clamp(min=1)
     with torch.no_grad():
         pred = model.draft_to_target(logits.argmax(dim=-1))  # [B, n] target ids
-        correct = ((pred == tg.argmax[:, shift:]) & valid).sum()
+        correct = ((pred == target) & valid).sum()
     return loss, correct, count
 
 
@@ -180,12 +202,53 @@ def ttt_forward(
     steps: int = 7,
     decay: float = 0.8,
 ) -> TTTOutput:
-    """Efficient TTT: one ``model.step`` per unrolled step over all positions.
+    """Efficient TTT: one ``model.step_ttt`` per unrolled step over all positions.
 
-    Step k's keys are appended to a cache holding steps 0..k-1 and one SDPA
-    call uses the block mask [causal | eye * k]. With right padding, causal
+    Each layer keeps a list of per-step K/V (never re-concatenated); step k
+    attends causally to the step-0 keys and diagonally to steps 1..k, which is
+    exactly the block mask [causal | eye * k] of :func:`ttt_forward_blockmask`
+    without computing its (k+1)T masked keys. With right padding, causal
     attention never lets a real query see a pad key, so ``attention_mask``
     only enters the loss mask.
+    """
+    loss_mask, attention_mask = _defaults(input_ids, loss_mask, attention_mask)
+    tg = prepare_targets(
+        model, target_hidden, target_head_weight, loss_mask, attention_mask, target_argmax
+    )
+    b, t = input_ids.shape
+    hidden = model.project(features)  # [B, T, H]
+    cache: list[list[KV]] = [[] for _ in model.decoder_layers]  # per layer, per step
+    out = TTTOutput(loss=hidden.new_zeros(()))
+    for k in range(steps):
+        tokens = _shift_left(input_ids, 1 + k)  # [B, T]: x[t+1+k]
+        pos = torch.arange(t, device=input_ids.device)[None] + k  # [1, T]
+        hidden, new_kv = model.step_ttt(tokens, hidden, pos, cache)  # [B, T, H]
+        for layer_cache, kv in zip(cache, new_kv, strict=True):
+            layer_cache.append(kv)
+        loss_k, correct, count = _step_loss(model, hidden, tg, 1 + k)
+        out.loss = out.loss + decay**k * loss_k
+        out.step_losses.append(loss_k)
+        out.correct.append(correct)
+        out.counts.append(count)
+    return out
+
+
+def ttt_forward_blockmask(
+    model: Eagle3Drafter,
+    features: torch.Tensor,
+    input_ids: torch.Tensor,
+    target_hidden: torch.Tensor,
+    target_head_weight: torch.Tensor,
+    loss_mask: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    target_argmax: torch.Tensor | None = None,
+    steps: int = 7,
+    decay: float = 0.8,
+) -> TTTOutput:
+    """Block-mask TTT (the previous implementation), kept as a fast reference.
+
+    Step k's keys are appended to a cache holding steps 0..k-1 and one generic
+    ``model.step`` uses the block mask [causal | eye * k] over all (k+1)T keys.
     """
     loss_mask, attention_mask = _defaults(input_ids, loss_mask, attention_mask)
     tg = prepare_targets(
@@ -207,7 +270,7 @@ def ttt_forward(
                 (torch.cat([ck, nk], dim=2), torch.cat([cv, nv], dim=2))
                 for (ck, cv), (nk, nv) in zip(cache, new_kv, strict=True)
             ]
-        loss_k, correct, count = _step_loss(model, hidden, tg, 1 + k)
+        loss_k, correct, count = _step_loss(model, hidden, tg, 1 + k, gather=False)
         out.loss = out.loss + decay**k * loss_k
         out.step_losses.append(loss_k)
         out.correct.append(correct)
