@@ -15,6 +15,9 @@ from eaglewire.drafter import (
     ttt_forward,
     ttt_forward_naive,
 )
+from eaglewire.drafter import model as model_mod
+from eaglewire.drafter import ttt as ttt_mod
+from eaglewire.drafter.ttt import ttt_forward_blockmask
 
 V, D, HT, A = 97, 50, 24, 3
 
@@ -161,3 +164,105 @@ def test_tiny_drafter_overfits():
             break
     assert acc0 >= 0.95, acc0
     assert time.time() - start < 30
+
+
+# ------------------------------------------------- split TTT attention (fast path)
+def _assert_same(fast, g_fast, ref, g_ref, rtol=1e-5):
+    torch.testing.assert_close(fast.loss, ref.loss, rtol=rtol, atol=1e-12)
+    for a, b in zip(fast.step_losses, ref.step_losses, strict=True):
+        torch.testing.assert_close(a, b, rtol=rtol, atol=1e-12)
+    assert [int(c) for c in fast.counts] == [int(c) for c in ref.counts]
+    assert [int(c) for c in fast.correct] == [int(c) for c in ref.correct]
+    assert set(g_fast) == set(g_ref)
+    for name in g_fast:
+        torch.testing.assert_close(g_fast[name], g_ref[name], rtol=rtol, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize(
+    "overrides", [{}, {"num_layers": 2, "fc_norm": True, "norm_before_residual": True}]
+)
+def test_blockmask_reference_matches_naive(overrides):
+    """The block-mask implementation (generic ``step``) stays a valid reference."""
+    model = make_model(**overrides)
+    batch = make_batch()
+    ref = ttt_forward_blockmask(model, steps=3, **batch)
+    g_ref = _grads(model, ref)
+    slow = ttt_forward_naive(model, steps=3, **batch)
+    _assert_same(ref, g_ref, slow, _grads(model, slow))
+
+
+@pytest.mark.parametrize("attention", ["default", "matmul"])
+@pytest.mark.parametrize("gather", [None, False])
+def test_split_attention_matches_blockmask_long(monkeypatch, attention, gather):
+    """Longer sequence, more heads per group, every step: split == block mask, loss and grads.
+
+    ``matmul`` forces the device-agnostic fallback of the causal attention with
+    log-sum-exp; ``gather=False`` the dense (accelerator) loss path.
+    """
+    if attention == "matmul":
+        monkeypatch.setattr(
+            model_mod, "_causal_attention_lse", model_mod._causal_attention_lse_matmul
+        )
+    if gather is not None:
+        orig = ttt_mod._step_loss
+        monkeypatch.setattr(
+            ttt_mod, "_step_loss", lambda *a, **k: orig(*a, **{**k, "gather": gather})
+        )
+    model = make_model(num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256)
+    batch = make_batch(b=3, t=48, seed=5)
+    fast = ttt_forward(model, steps=7, **batch)
+    g_fast = _grads(model, fast)
+    ref = ttt_forward_blockmask(model, steps=7, **batch)
+    _assert_same(fast, g_fast, ref, _grads(model, ref), rtol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_causal_attention_lse_grads(dtype):
+    """CPU flash (out, lse) with the injected lse gradient == autograd of the matmul reference."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 6, 37, 8, generator=g, dtype=dtype)
+    k = torch.randn(2, 3, 37, 8, generator=g, dtype=dtype)
+    v = torch.randn(2, 3, 37, 8, generator=g, dtype=dtype)
+    d_out = torch.randn(2, 6, 37, 8, generator=g, dtype=dtype)
+    d_lse = torch.randn(2, 6, 37, generator=g, dtype=dtype)
+    res = []
+    for fn in (model_mod._causal_attention_lse, model_mod._causal_attention_lse_matmul):
+        xs = [x.clone().requires_grad_() for x in (q, k, v)]
+        out, lse = fn(*xs, 8**-0.5)
+        ((out * d_out).sum() + (lse * d_lse).sum()).backward()
+        res.append([out, lse] + [x.grad for x in xs])
+        # lse unused: the plain backward path
+        xs2 = [x.clone().requires_grad_() for x in (q, k, v)]
+        out2, _ = fn(*xs2, 8**-0.5)
+        (out2 * d_out).sum().backward()
+        res[-1] += [x.grad for x in xs2]
+    tol = dict(rtol=1e-9, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
+    for a, b in zip(*res, strict=True):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_step_ttt_matches_step_with_block_mask():
+    """``step_ttt`` with per-step lists == generic ``step`` with the concatenated cache + mask."""
+    model = make_model(num_layers=2)
+    g = torch.Generator().manual_seed(7)
+    b, t = 2, 9
+    hidden = torch.randn(b, t, 32, generator=g, dtype=torch.float64)
+    ttt_cache = [[] for _ in model.decoder_layers]
+    cache = None
+    h_fast = h_ref = hidden
+    for k in range(4):
+        ids = torch.randint(0, V, (b, t), generator=g)
+        pos = torch.arange(t)[None] + k
+        h_fast, kv_fast = model.step_ttt(ids, h_fast, pos, ttt_cache)
+        h_ref, kv_ref = model.step(ids, h_ref, pos, cache, ttt_attention_mask(t, k))
+        torch.testing.assert_close(h_fast, h_ref, rtol=1e-10, atol=1e-12)
+        for lc, kv in zip(ttt_cache, kv_fast, strict=True):
+            lc.append(kv)
+        cache = (
+            kv_ref
+            if cache is None
+            else [
+                (torch.cat([ck, nk], 2), torch.cat([cv, nv], 2))
+                for (ck, cv), (nk, nv) in zip(cache, kv_ref, strict=True)
+            ]
+        )
