@@ -16,10 +16,19 @@ PROMPTS = "prompts.jsonl"
 RESPONSES = "responses.jsonl"
 
 
-@dataclass
-class GenerateConfig:
-    out: Path = opt(help="dataset directory (created)")
+@dataclass(kw_only=True)
+class _RunOptions:
+    """Options every data command that runs the target shares."""
+
     target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
+    device: str = opt("auto", "auto, cpu, cuda, cuda:N")
+    dtype: str = opt("auto", "model dtype: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16")
+    resume: bool = opt(False, "continue an interrupted run (finished work is not redone)")
+    json: bool = opt(False, "print JSON")
+
+
+@dataclass(kw_only=True)
+class _GenOptions:
     prompts: Path | None = opt(None, "JSONL of prompts, ShareGPT conversations or OpenAI messages")
     self_prompts: int = opt(0, "number of prompts to sample from the target itself (Magpie-style)")
     self_prompt_tokens: int = opt(64, "max tokens of each self-generated prompt")
@@ -29,25 +38,25 @@ class GenerateConfig:
     batch_size: int = opt(16, "generation batch size (left padding)")
     seed: int = opt(0, "random seed (self-prompts and sampled answers)")
     max_prompt_tokens: int = opt(1024, "prompts longer than this (in tokens, templated) are skipped and counted")
-    device: str = opt("auto", "auto, cpu, cuda, cuda:N")
-    dtype: str = opt("auto", "model dtype: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16")
-    resume: bool = opt(False, "continue an interrupted run in --out")
-    json: bool = opt(False, "print JSON")
 
 
-@dataclass
-class ExtractConfig:
-    data: Path = opt(help="dataset directory holding responses.jsonl", arg=True)
-    target: str = opt("default", "target (must be the one that generated the responses)")
+@dataclass(kw_only=True)
+class _ExtractOptions:
     points: list[str] = opt(help="capture points (repeat or comma-separate); default: the EAGLE-3 triple", factory=list)
     store_dtype: str = opt("bf16", "feature storage dtype: fp32, bf16, fp16")
     batch_tokens: int = opt(4096, "padded tokens per forward")
     max_seq_len: int = opt(2048, "longer conversations are truncated (counted)")
     shard_samples: int = opt(256, "samples per shard")
-    device: str = opt("auto", "auto, cpu, cuda, cuda:N")
-    dtype: str = opt("auto", "model dtype: auto, fp32, bf16, fp16")
-    resume: bool = opt(False, "continue an interrupted extraction")
-    json: bool = opt(False, "print JSON")
+
+
+@dataclass(kw_only=True)
+class GenerateConfig(_RunOptions, _GenOptions):
+    out: Path = opt(help="dataset directory (created)")
+
+
+@dataclass(kw_only=True)
+class ExtractConfig(_RunOptions, _ExtractOptions):
+    data: Path = opt(help="dataset directory holding responses.jsonl", arg=True)
 
 
 @dataclass
@@ -57,29 +66,10 @@ class VocabConfig:
     json: bool = opt(False, "print JSON")
 
 
-@dataclass
-class BuildConfig:
+@dataclass(kw_only=True)
+class BuildConfig(_RunOptions, _ExtractOptions, _GenOptions):
     out: Path = opt(help="dataset directory (created)")
-    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
-    prompts: Path | None = opt(None, "JSONL of prompts / ShareGPT / OpenAI messages")
-    self_prompts: int = opt(0, "number of prompts sampled from the target itself")
-    self_prompt_tokens: int = opt(64, "max tokens of each self-generated prompt")
-    max_new_tokens: int = opt(256, "max tokens per regenerated answer")
-    temperature: float = opt(0.0, "answer sampling temperature (0 = greedy)")
-    top_p: float = opt(1.0, "nucleus sampling for answers")
-    batch_size: int = opt(16, "generation batch size")
-    seed: int = opt(0, "random seed")
-    max_prompt_tokens: int = opt(1024, "longer prompts are skipped and counted")
-    points: list[str] = opt(help="capture points; default: the EAGLE-3 triple", factory=list)
-    store_dtype: str = opt("bf16", "feature storage dtype: fp32, bf16, fp16")
-    batch_tokens: int = opt(4096, "padded tokens per extraction forward")
-    max_seq_len: int = opt(2048, "longer conversations are truncated (counted)")
-    shard_samples: int = opt(256, "samples per shard")
     vocab_size: int = opt(0, "draft vocab size; 0 = auto")
-    device: str = opt("auto", "auto, cpu, cuda, cuda:N")
-    dtype: str = opt("auto", "model dtype: auto, fp32, bf16, fp16")
-    resume: bool = opt(False, "continue an interrupted build (finished stages are not redone)")
-    json: bool = opt(False, "print JSON")
 
 
 @dataclass
