@@ -32,11 +32,12 @@ BENCH_PROMPTS = [
 
 PRESETS = {
     # ~15 minutes on the 2-core CPU machine: a small run, labelled as such in the report.
-    "quick": dict(self_prompts=96, prompt_tokens=48, max_new_tokens=128, train_epochs=3, max_len=512,
-                  batch_size=4, lr=1e-3, bench_prompts=4, bench_tokens=96),
+    # batch 2 / lr 3e-3 measured better than batch 4 / lr 1e-3 at this budget (val acc_0 0.26 vs 0.21).
+    "quick": dict(self_prompts=192, prompt_tokens=48, max_new_tokens=128, train_epochs=4, max_len=512,
+                  batch_size=2, lr=3e-3, bench_prompts=4, bench_tokens=96),
     # the recipe for the best tau this machine reaches in a few hours.
     "standard": dict(self_prompts=1000, prompt_tokens=64, max_new_tokens=256, train_epochs=4, max_len=1024,
-                     batch_size=4, lr=5e-4, bench_prompts=8, bench_tokens=160),
+                     batch_size=2, lr=2e-3, bench_prompts=8, bench_tokens=160),
 }
 
 

@@ -59,6 +59,7 @@ class TrainConfig:
     num_layers: int = opt(1, "drafter decoder layers")
     norm_before_residual: bool = opt(False, "residual taken after hidden_norm (some released checkpoints)")
     fc_norm: bool = opt(False, "per-slot RMSNorm on the fc input")
+    init_head_from_target: bool = opt(False, "initialise lm_head/norm from the target's head rows and final norm (trainable)")
     eval_every: int = opt(0, "validate every N steps (0 = at the end of each epoch and of training)")
     save_every: int = opt(50, "save resumable state every N steps")
     log_every: int = opt(1, "write a metrics row every N steps")
@@ -130,6 +131,13 @@ def build_drafter(cfg: TrainConfig, target, manifest: dict, vocab_ids: torch.Ten
     model = Eagle3Drafter(dcfg)
     model.load_target_embedding(target.model.get_input_embeddings().weight.detach().float().cpu())
     model.set_draft_vocab(vocab_ids)
+    if cfg.init_head_from_target:
+        # Start from the target's own head rows and final norm: the drafter then only has
+        # to learn to reproduce the target's last hidden state, not a vocabulary from scratch.
+        with torch.no_grad():
+            head = target.model.get_output_embeddings().weight.detach().float().cpu()
+            model.lm_head.weight.copy_(head[vocab_ids.long()])
+            model.norm.weight.copy_(target.model.base_model.norm.weight.detach().float().cpu())
     return model
 
 
