@@ -60,7 +60,7 @@ def default_gguf() -> Path:
     return files[0]
 
 
-def _file_digest(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -104,7 +104,7 @@ def convert_gguf(path: Path, out_dir: Path) -> Path:
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        src = {"kind": "gguf", "file": str(path), "sha256": _file_digest(path), "converter": CONVERTER_VERSION}
+        src = {"kind": "gguf", "file": str(path), "sha256": file_sha256(path), "converter": CONVERTER_VERSION}
         (tmp / "eaglewire_source.json").write_text(json.dumps(src, indent=1))
         if out_dir.exists():
             shutil.rmtree(out_dir)

@@ -9,23 +9,15 @@ per shard, and is rewritten atomically after every shard.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
 from ..errors import EaglewireError
+from ..targets import file_sha256
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
