@@ -40,6 +40,8 @@ def test_overfits_tiny_dataset(tiny_dataset, tmp_path):
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
     assert model.d2t.dtype == torch.int64 and int(model.t2d.sum()) == 200
+    same, _ = load_checkpoint(tmp_path / "r")  # a run directory stands for its drafter/
+    assert torch.equal(same.fc.weight, model.fc.weight)
 
 
 def _train_cmd(data, out, extra=()):

@@ -41,7 +41,9 @@ class ConfigCfg:
 
 
 def resolve_ckpt(p: Path) -> Path:
-    return p / "drafter" if (p / "drafter" / "config.json").is_file() else p
+    from ..drafter.checkpoint import resolve_dir
+
+    return resolve_dir(p)
 
 
 def run_dataset(cfg: DatasetCfg) -> None:

@@ -72,7 +72,14 @@ def save_checkpoint(out: Path, model: Eagle3Drafter, points: list[str], num_laye
     return out
 
 
+def resolve_dir(d: Path) -> Path:
+    """A training run directory stands for its `drafter/` checkpoint."""
+    d = Path(d)
+    return d / "drafter" if not (d / "config.json").is_file() and (d / "drafter" / "config.json").is_file() else d
+
+
 def read_provenance(d: Path) -> dict:
+    d = resolve_dir(d)
     p = Path(d) / PROVENANCE
     if not p.is_file():
         raise EaglewireError(f"{d}: no {PROVENANCE} (not an eaglewire checkpoint; use `eaglewire import`)")
@@ -91,7 +98,7 @@ def load_state(path: Path) -> dict[str, torch.Tensor]:
 
 def load_checkpoint(d: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
     """(Eagle3Drafter, provenance). Strict: names and shapes must match the config exactly."""
-    d = Path(d)
+    d = resolve_dir(d)
     cfg_path = d / "config.json"
     if not cfg_path.is_file():
         raise EaglewireError(f"{d}: no config.json (not a drafter checkpoint)")
