@@ -81,6 +81,11 @@ def run_config(cfg: ConfigCfg) -> None:
     src = resolve_ckpt(cfg.trained_on) if cfg.trained_on else cfg.drafter_dir
     if (src / "eaglewire.json").is_file():
         prov = read_provenance(src)
+    elif (src / "eaglewire.export.json").is_file():  # an `eaglewire export` directory records its points
+        import json
+
+        exp = json.loads((src / "eaglewire.export.json").read_text())
+        prov = {"points": {"names": exp.get("points")}, "target_num_layers": exp.get("target_num_layers")}
     L = cfg.num_layers or prov.get("target_num_layers")
     serving_sha = None
     if cfg.target:

@@ -94,6 +94,10 @@ def doctor_config(d: Path, engine: str, L: int | None, trained: list[str] | None
                     + (" (its default happens to match training)" if lucky else ""),
                     _fix_for([Point.parse(n) for n in trained], engine, L) if trained else "move them to the top level",
                     level="warning" if lucky else "error")
+    if ids is None:
+        rep.add("ids present", False, f"no ids for {engine}: it uses its default capture",
+                _fix_for([Point.parse(n) for n in trained], engine, L) if trained else "write the ids explicitly",
+                level="warning")
     if trained:
         ok = [q.name for q in fed] == list(trained)
         rep.add("points", ok, f"{engine} feeds {[q.name for q in fed]} ({how}); trained on {list(trained)}",
