@@ -59,6 +59,13 @@ class TTTOutput:
     correct: list[torch.Tensor] = field(default_factory=list)
     counts: list[torch.Tensor] = field(default_factory=list)
 
+    def record(self, weight: float, loss_k: torch.Tensor, correct: torch.Tensor, count: torch.Tensor) -> None:
+        """Add one unrolled step: weighted into the total loss, counts kept for exact accuracy."""
+        self.loss = self.loss + weight * loss_k
+        self.step_losses.append(loss_k)
+        self.correct.append(correct)
+        self.counts.append(count)
+
     @property
     def acc(self) -> list[float]:
         """Per-step accuracy on this batch (syncs); 0.0 where nothing is counted."""
@@ -226,10 +233,7 @@ def ttt_forward(
         for layer_cache, kv in zip(cache, new_kv, strict=True):
             layer_cache.append(kv)
         loss_k, correct, count = _step_loss(model, hidden, tg, 1 + k)
-        out.loss = out.loss + decay**k * loss_k
-        out.step_losses.append(loss_k)
-        out.correct.append(correct)
-        out.counts.append(count)
+        out.record(decay**k, loss_k, correct, count)
     return out
 
 
@@ -271,10 +275,7 @@ def ttt_forward_blockmask(
                 for (ck, cv), (nk, nv) in zip(cache, new_kv, strict=True)
             ]
         loss_k, correct, count = _step_loss(model, hidden, tg, 1 + k, gather=False)
-        out.loss = out.loss + decay**k * loss_k
-        out.step_losses.append(loss_k)
-        out.correct.append(correct)
-        out.counts.append(count)
+        out.record(decay**k, loss_k, correct, count)
     return out
 
 
