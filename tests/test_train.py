@@ -122,8 +122,41 @@ def test_nonfinite_batches_are_counted_or_stop(tiny_dataset, tmp_path, monkeypat
         return item
 
     monkeypatch.setattr(FeatureDataset, "__getitem__", poisoned)
-    res = run_train(_cfg(tiny_dataset, tmp_path / "a", max_steps=10, val_fraction=0.0))
+    res = run_train(_cfg(tiny_dataset, tmp_path / "a", max_steps=10, val_fraction=0.0, max_skipped_fraction=0.5))
     _, prov = load_checkpoint(res["drafter"])
     assert prov["training"]["skipped_batches"] >= 1
+    # over the allowed share: the run fails, states the count, and writes no drafter
+    with pytest.raises(EaglewireError, match=r"\d+ of 10 steps were skipped"):
+        run_train(_cfg(tiny_dataset, tmp_path / "c", max_steps=10, val_fraction=0.0, max_skipped_fraction=0.0))
+    assert not (tmp_path / "c" / "drafter").exists()
     with pytest.raises(EaglewireError, match=r"step \d+: non-finite"):
         run_train(_cfg(tiny_dataset, tmp_path / "b", max_steps=10, val_fraction=0.0, nan_policy="stop"))
+
+
+def test_all_nan_features_fail_instead_of_succeeding_on_nothing(tiny_dataset, tmp_path, monkeypatch):
+    from eaglewire.data.dataset import FeatureDataset
+
+    orig = FeatureDataset.__getitem__
+
+    def nan(self, i):
+        item = orig(self, i)
+        item["features"] = torch.full_like(item["features"], float("nan"))
+        return item
+
+    monkeypatch.setattr(FeatureDataset, "__getitem__", nan)
+    with pytest.raises(EaglewireError, match="no optimizer step was taken"):
+        run_train(_cfg(tiny_dataset, tmp_path / "n", max_steps=4))
+    assert not (tmp_path / "n" / "drafter").exists()
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"max_steps": -1}, r"--max-steps -1: expected a number >= 0"),
+    ({"lr": -1.0}, r"--lr -1.0: expected a number > 0"),
+    ({"batch_size": 0}, r"--batch-size 0: expected a number >= 1"),
+    ({"val_fraction": 1.5}, r"--val-fraction 1.5: expected a number >= 0 and < 1"),
+    ({"init": "magic"}, r"--init 'magic': expected one of random, head, target"),
+])
+def test_numeric_options_are_validated_before_any_work(tiny_dataset, tmp_path, bad, match):
+    with pytest.raises(EaglewireError, match=match):
+        run_train(_cfg(tiny_dataset, tmp_path / "v", **bad))
+    assert not (tmp_path / "v").exists()

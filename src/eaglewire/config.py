@@ -22,9 +22,15 @@ from .errors import EaglewireError
 
 
 def opt(default: Any = dataclasses.MISSING, help: str = "", *, arg: bool = False, flag: str | None = None,
-        factory: Any = None) -> Any:
-    """A config field with CLI help. `arg=True` makes it positional."""
-    meta = {"help": help, "arg": arg, "flag": flag}
+        factory: Any = None, ge: float | None = None, gt: float | None = None, le: float | None = None,
+        lt: float | None = None, choices: tuple | None = None) -> Any:
+    """A config field with CLI help. `arg=True` makes it positional.
+
+    ``ge``/``gt``/``le``/``lt``/``choices`` are checked whenever a config is built
+    (CLI flags, ``--config`` files, code), so a bad value stops the command
+    before any work with one line naming the flag and what it accepts.
+    """
+    meta = {"help": help, "arg": arg, "flag": flag, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -44,9 +50,31 @@ def config_from_dict(cls, data: dict, source: str = "config") -> Any:
     if unknown:
         raise EaglewireError(f"{source}: unknown key(s) {', '.join(unknown)} (expected a subset of: {', '.join(sorted(names))})")
     try:
-        return cls(**data)
+        cfg = cls(**data)
     except TypeError as e:
         raise EaglewireError(f"{source}: {e}") from e
+    check_ranges(cfg)
+    return cfg
+
+
+_BOUNDS = (("ge", ">=", lambda v, b: v >= b), ("gt", ">", lambda v, b: v > b),
+           ("le", "<=", lambda v, b: v <= b), ("lt", "<", lambda v, b: v < b))
+
+
+def check_ranges(cfg) -> None:
+    """Raise EaglewireError for the first field outside its declared range or choices."""
+    for f in dataclasses.fields(cfg):
+        v, meta = getattr(cfg, f.name), f.metadata
+        flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+        if meta.get("choices") and v not in meta["choices"]:
+            raise EaglewireError(f"{flag} {v!r}: expected one of {', '.join(map(str, meta['choices']))}")
+        for key, _sym, ok in _BOUNDS:
+            b = meta.get(key)
+            if b is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or not ok(v, b):
+                want = " and ".join(f"{s} {meta[k]}" for k, s, _ in _BOUNDS if meta.get(k) is not None)
+                raise EaglewireError(f"{flag} {v!r}: expected a number {want}")
 
 
 def config_to_dict(cfg) -> dict:

@@ -1,6 +1,6 @@
 """`eaglewire demo`: the whole pipeline on the embedded default target, resumable stage by stage.
 
-prompts (self-generated) -> target answers -> features + draft vocab -> drafter
+prompts (task types x topics) -> target answers -> features + draft vocab -> drafter
 (TTT) -> doctor -> benchmark on held-out prompts -> report.html / report.md.
 Each stage leaves a marker of completion in the run directory; an interrupted
 demo re-run continues the unfinished stage (data and training resume) and
@@ -17,27 +17,15 @@ from pathlib import Path
 from .config import build_command, opt, save_config
 from .errors import EaglewireError
 
-# Held-out chat prompts for the benchmark: the training prompts are sampled from
-# the target itself, so these hand-written ones never appear in the data.
-BENCH_PROMPTS = [
-    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
-    "Explain how a refrigerator keeps food cold, in simple terms.",
-    "Give me five tips for studying effectively for an exam.",
-    "What are the main differences between a cat and a dog as pets?",
-    "Describe the water cycle step by step.",
-    "Write a polite email asking a colleague to review my report by Friday.",
-    "Why is exercise good for your health?",
-    "List three famous landmarks in Paris and say one thing about each.",
-]
-
 PRESETS = {
     # ~15 minutes on the 2-core CPU machine: a small run, labelled as such in the report.
-    # batch 2 / lr 3e-3 measured better than batch 4 / lr 1e-3 at this budget (val acc_0 0.26 vs 0.21).
-    "quick": dict(self_prompts=192, prompt_tokens=48, max_new_tokens=128, train_epochs=4, max_len=512,
-                  batch_size=2, lr=3e-3, bench_prompts=4, bench_tokens=96),
-    # the recipe for the best tau this machine reaches in a few hours.
-    "standard": dict(self_prompts=1000, prompt_tokens=64, max_new_tokens=256, train_epochs=4, max_len=1024,
-                     batch_size=2, lr=2e-3, bench_prompts=8, bench_tokens=160),
+    "quick": dict(topic_prompts=320, self_prompts=0, prompt_tokens=48, max_new_tokens=128, gen_batch=64,
+                  train_epochs=2, max_len=512, batch_size=2, lr=3e-3, ttt_steps=5, init="target", fc_norm=False,
+                  freeze_head=True, bench_prompts=9, bench_tokens=64, bench_repeats=1),
+    # the recipe for the best tau this machine reaches in about 75 minutes.
+    "standard": dict(topic_prompts=1300, self_prompts=0, prompt_tokens=64, max_new_tokens=160, gen_batch=64,
+                     train_epochs=2, max_len=512, batch_size=2, lr=3e-3, ttt_steps=5, init="target", fc_norm=False,
+                     freeze_head=True, bench_prompts=18, bench_tokens=96, bench_repeats=1),
 }
 
 
@@ -71,9 +59,9 @@ def _data(cfg: DemoConfig, p: dict, run: Path) -> dict:
     from .data.cli import BuildConfig, run_build
 
     out = run / "data"
-    return run_build(BuildConfig(out=out, target=cfg.target, self_prompts=p["self_prompts"],
-                                 self_prompt_tokens=p["prompt_tokens"], max_new_tokens=p["max_new_tokens"], batch_size=16, seed=cfg.seed,
-                                 device=cfg.device, resume=out.exists()))
+    return run_build(BuildConfig(out=out, target=cfg.target, topic_prompts=p["topic_prompts"], self_prompts=p["self_prompts"],
+                                 self_prompt_tokens=p["prompt_tokens"], max_new_tokens=p["max_new_tokens"],
+                                 batch_size=p["gen_batch"], seed=cfg.seed, device=cfg.device, resume=out.exists()))
 
 
 def _train(cfg: DemoConfig, p: dict, run: Path) -> dict:
@@ -82,6 +70,7 @@ def _train(cfg: DemoConfig, p: dict, run: Path) -> dict:
     out = run / "train"
     return run_train(TrainConfig(data=run / "data", out=out, epochs=p["train_epochs"], batch_size=p["batch_size"],
                                  lr=p["lr"], seed=cfg.seed, max_len=p["max_len"], device=cfg.device, save_every=25, val_fraction=0.05,
+                                 ttt_steps=p["ttt_steps"], init=p["init"], fc_norm=p["fc_norm"], freeze_head=p["freeze_head"],
                                  resume=(out / "state").exists()))
 
 
@@ -96,7 +85,7 @@ def _doctor(cfg: DemoConfig, run: Path) -> dict:
     ck = run / "train" / "drafter"
     model, prov = load_checkpoint(ck)
     head = t.model.get_output_embeddings().weight.detach().float()
-    reps = [doctor_dataset(run / "data", t), doctor_drafter(model, prov, run / "data", head, num_samples=32)]
+    reps = [doctor_dataset(run / "data", t), doctor_drafter(model, prov, run / "data", head, num_samples=128)]
     for eng in ("sglang", "vllm"):
         reps.append(doctor_config(ck, eng, t.num_layers, prov["points"]["names"], prov["chat_template_sha"],
                                   chat_template_hash(t.tokenizer)))
@@ -106,10 +95,10 @@ def _doctor(cfg: DemoConfig, run: Path) -> dict:
 def _bench(cfg: DemoConfig, p: dict, run: Path) -> dict:
     from .spec.cli import BenchConfig, bench_from_config
 
-    prompts = run / "bench_prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": q}) + "\n" for q in BENCH_PROMPTS[: p["bench_prompts"]]))
-    return bench_from_config(BenchConfig(drafter=run / "train" / "drafter", prompts=prompts, target=cfg.target,
-                                         max_new_tokens=p["bench_tokens"], out=run / "bench", device=cfg.device))
+    # the shipped held-out set (hand-written, never used to make training data), one category at a time
+    return bench_from_config(BenchConfig(drafter=run / "train" / "drafter", target=cfg.target, max_prompts=p["bench_prompts"],
+                                         repeats=p["bench_repeats"], max_new_tokens=p["bench_tokens"], out=run / "bench",
+                                         device=cfg.device))
 
 
 def run_demo(cfg: DemoConfig) -> dict:
@@ -133,7 +122,7 @@ def run_demo(cfg: DemoConfig) -> dict:
 def summary(log: dict) -> dict:
     b = log.get("bench", {})
     val = log.get("train", {}).get("validation", {})
-    return {"val_acc": val.get("acc"), "methods": {name: {k: m.get(k) for k in ("tokens_per_s", "speedup", "tau")}
+    return {"val_acc": val.get("acc"), "methods": {name: {k: m.get(k) for k in ("tokens_per_s", "speedup", "speedup_vs_plain", "tau")}
                                                      for name, m in b.get("methods", {}).items()},
             "greedy_outputs_match": b.get("greedy_outputs_match"),
             "doctor_ok": all(r["ok"] for r in log.get("doctor", {}).get("reports", []))}
@@ -146,10 +135,11 @@ def register(app) -> None:
             print(json.dumps(res, indent=2, default=str))
             return
         s = res["summary"]
-        print("\n method            tok/s   speedup   tau")
+        print("\n method            tok/s  vs generate  vs plain   tau")
         for name, m in s["methods"].items():
             tau = f"{m['tau']:.2f}" if m.get("tau") else "-"
-            print(f" {name:<16}{m['tokens_per_s']:>7.1f}{m['speedup']:>9.2f}x{tau:>6}")
+            vp = f"{m['speedup_vs_plain']:.2f}x" if m.get("speedup_vs_plain") else "-"
+            print(f" {name:<16}{m['tokens_per_s']:>7.1f}{m['speedup']:>12.2f}x{vp:>10}{tau:>6}")
         print(f"\n doctor: {'all checks pass' if s['doctor_ok'] else 'PROBLEMS (see report)'}")
         print(f" report: {res['report_html']}\n         {res['report_md']}")
 

@@ -1,6 +1,6 @@
 """Capture points: the one physical truth, and every engine's ids for it.
 
-Engines number layers differently (see shared/design/conventions.md §1-2):
+Engines number layers differently (see docs/conventions.md §1):
 the same integer 30 means "output of layer 30" in SGLang and "input of
 layer 30" (= output of layer 29) in vLLM. Every id that eaglewire reads or
 writes passes through this module, and everything else in the package

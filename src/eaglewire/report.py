@@ -64,13 +64,46 @@ def _export_cmds(run: Path) -> list[tuple[str, str]]:
     ]
 
 
+def _x(m: dict, key: str) -> str:
+    if m.get(key) is None:
+        return "-"
+    sp = m.get(key + "_spread") or {}
+    return f"{m[key]:.2f}x" + (f" ({sp['min']:.2f}-{sp['max']:.2f})" if sp.get("n", 1) > 1 else "")
+
+
 def _bench_rows(bench: dict) -> list[list[str]]:
     rows = []
     for name, m in bench.get("methods", {}).items():
         pp = (m.get("accept_per_position") or {}).get("cumulative") or []
-        rows.append([name, f"{m['tokens_per_s']:.1f}", f"{m['speedup']:.2f}x",
+        rows.append([name, f"{m['tokens_per_s']:.1f}", _x(m, "speedup"), _x(m, "speedup_vs_plain"),
                      f"{m['tau']:.2f}" if m.get("tau") else "-", " ".join(f"{x:.2f}" for x in pp) or "-",
                      str(m.get("differ_from_baseline", "-"))])
+    return rows
+
+
+def _category_rows(bench: dict) -> list[list[str]]:
+    rows = []
+    for cat, r in (bench.get("categories") or {}).items():
+        cells = [cat, str(r["prompts"])]
+        for m in ("eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup"):
+            c = r.get(m) or {}
+            cells += [f"{c['tau']:.2f}" if c.get("tau") else "-",
+                      f"{c['speedup_vs_plain']:.2f}x" if c.get("speedup_vs_plain") else "-"]
+        rows.append(cells)
+    return rows
+
+
+def _prediction_rows(log: dict) -> list[list[str]]:
+    """Offline (doctor, held-out split) vs serving (bench, held-out prompts) chain tau."""
+    rows = []
+    for r in log.get("doctor", {}).get("reports", []):
+        off = (r.get("data") or {}).get("offline")
+        if r.get("command") == "drafter" and off:
+            serve = (log.get("bench", {}).get("methods", {}).get("eaglewire_chain") or {}).get("tau")
+            err = f"{(off['tau_chain'] - serve) / serve:+.1%}" if serve else "-"
+            rows.append([f"chain depth {off['depth']}", f"{off['tau_chain']:.2f}", (r.get("data") or {}).get("split", "-"),
+                         f"{serve:.2f}" if serve else "-", err,
+                         " ".join(f"{a:.3f}" for a in off["acc"])])
     return rows
 
 
@@ -103,19 +136,28 @@ def write_report(run: Path, preset: str, p: dict, log: dict) -> dict:
     small = preset == "quick"
     sections = [
         ("Run", [["preset", preset + (" (a SMALL run: minutes of CPU; see 'How to get more')" if small else "")],
-                 ["settings", json.dumps(p)], ["validation acc per TTT step", " ".join(f"{a:.3f}" for a in val.get("acc", []))],
+                 ["settings", json.dumps(p)], ["validation acc per TTT step (in-draft-vocab positions)", " ".join(f"{a:.3f}" for a in val.get("acc", []))],
+                 ["eaglewire plain vs transformers generate (no speculation)",
+                  f"{bench['plain_vs_hf_generate']:.2f}x: speculation's own gain is the 'vs eaglewire plain' column"
+                  if bench.get("plain_vs_hf_generate") else "-"],
                  ["stage seconds", ", ".join(f"{k} {v.get('seconds', 0):.0f}s" for k, v in log.items())],
                  ["dataset", json.dumps({k: data.get(k) for k in ("vocab",)} | {"samples": (data.get("extract") or {}).get("num_samples")})]]),
-        ("Speed (greedy, held-out chat prompts; speedup vs transformers generate)", _bench_rows(bench)),
+        ("Speed (greedy, shipped held-out prompts, methods interleaved per prompt)", _bench_rows(bench)),
+        ("Per category (held-out prompts)", _category_rows(bench)),
+        ("Does the offline tau predict serving?", _prediction_rows(log)),
         ("Doctor verdicts", _doctor_rows(log.get("doctor", {}))),
         ("Export and serve", [[a, b] for a, b in _export_cmds(run)]),
     ]
-    heads = [["item", "value"], ["method", "tok/s", "speedup", "tau", "cumulative acceptance per position", "prompts differing"],
+    heads = [["item", "value"], ["method", "tok/s", "vs transformers generate", "vs eaglewire plain", "tau",
+                                 "cumulative acceptance per position", "prompts differing"],
+             ["category", "prompts", "chain tau", "chain vs plain", "tree tau", "tree vs plain",
+              "tree+lookup tau", "tree+lookup vs plain"],
+             ["doctor drafter", "offline tau", "evaluated on", "serving tau (bench)", "offline error",
+              "acc per step (all loss positions, as SpecForge/EAGLE-3 count)"],
              ["doctor", "check", "verdict", "detail"], ["what", "command / value"]]
-    more = (f"This is the quick preset: a drafter trained for minutes on {p.get('self_prompts', '?')} self-generated "
-            "conversations. "
-            "tau and speedup grow with data and training: run `eaglewire demo --preset standard` "
-            "(a few hours) or train on more prompts with `eaglewire data build --self-prompts N`.")
+    more = (f"This is the quick preset: a drafter trained for minutes on {p.get('topic_prompts', '?')} composed "
+            "prompts. tau and speedup grow with data and training: run `eaglewire demo --preset standard` "
+            "(about 90 minutes here) or train on more prompts with `eaglewire data build --topic-prompts N`.")
     md = [f"# eaglewire demo report ({preset})", "", more if small else "", "", "![training](training.png)", ""]
     if bench_png:
         md += [f"![speed]({bench_png.relative_to(run) if bench_png.is_relative_to(run) else bench_png})", ""]

@@ -25,11 +25,11 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .config import config_to_dict, opt, save_config
+from .config import check_ranges, config_to_dict, opt, save_config
 from .data.dataset import FeatureDataset, collate
 from .drafter import DrafterConfig, Eagle3Drafter
 from .drafter.checkpoint import load_state, save_checkpoint
-from .drafter.ttt import ttt_forward
+from .drafter.ttt import target_full_argmax, ttt_forward
 from .errors import EaglewireError
 
 _STEP_DELAY = float(os.environ.get("EAGLEWIRE_STEP_DELAY", "0"))  # lets crash tests kill a real run
@@ -40,30 +40,36 @@ class TrainConfig:
     data: Path = opt(help="dataset directory (eaglewire data build)")
     out: Path = opt(help="run directory: drafter/ (the checkpoint), state/, metrics.csv, tb/")
     target: str = opt("", "target; default: the one recorded in the dataset manifest (must match its fingerprint)")
-    max_steps: int = opt(0, "optimizer steps; 0 = --epochs full passes")
-    epochs: int = opt(1, "passes over the training split when --max-steps is 0")
-    batch_size: int = opt(4, "samples per micro-batch per process")
-    grad_accum: int = opt(1, "micro-batches per optimizer step")
-    lr: float = opt(3e-4, "peak learning rate (AdamW)")
-    min_lr_ratio: float = opt(0.1, "cosine floor as a fraction of --lr")
-    warmup_steps: int = opt(20, "linear warmup steps")
-    weight_decay: float = opt(0.0, "AdamW weight decay")
-    beta1: float = opt(0.9, "AdamW beta1")
-    beta2: float = opt(0.95, "AdamW beta2 (EAGLE-3 paper: 0.95)")
-    grad_clip: float = opt(0.5, "max gradient norm (EAGLE-3 paper: 0.5)")
-    ttt_steps: int = opt(7, "unrolled training-time-test steps")
-    ttt_decay: float = opt(0.8, "weight of step k is decay**k")
-    max_len: int = opt(1024, "samples are truncated to this many tokens")
-    val_fraction: float = opt(0.05, "share of samples held out for validation")
+    max_steps: int = opt(0, "optimizer steps; 0 = --epochs full passes", ge=0)
+    epochs: int = opt(1, "passes over the training split when --max-steps is 0", ge=1)
+    batch_size: int = opt(4, "samples per micro-batch per process", ge=1)
+    grad_accum: int = opt(1, "micro-batches per optimizer step", ge=1)
+    lr: float = opt(3e-4, "peak learning rate (AdamW)", gt=0)
+    min_lr_ratio: float = opt(0.1, "cosine floor as a fraction of --lr", ge=0, le=1)
+    warmup_steps: int = opt(20, "linear warmup steps", ge=0)
+    weight_decay: float = opt(0.0, "AdamW weight decay", ge=0)
+    beta1: float = opt(0.9, "AdamW beta1", ge=0, lt=1)
+    beta2: float = opt(0.95, "AdamW beta2 (EAGLE-3 paper: 0.95)", ge=0, lt=1)
+    grad_clip: float = opt(0.5, "max gradient norm (EAGLE-3 paper: 0.5)", gt=0)
+    ttt_steps: int = opt(7, "unrolled training-time-test steps", ge=1)
+    ttt_decay: float = opt(0.8, "weight of step k is decay**k", gt=0, le=1)
+    target_temperature: float = opt(1.0, "temperature of the target distribution the drafter learns "
+                                    "(1 = forward KL to q; 0 = one-hot on the target's argmax)", ge=0)
+    max_len: int = opt(1024, "samples are truncated to this many tokens", ge=3)
+    val_fraction: float = opt(0.05, "share of samples held out for validation", ge=0, lt=1)
     seed: int = opt(0, "seed for init, split and order")
-    num_layers: int = opt(1, "drafter decoder layers")
+    num_layers: int = opt(1, "drafter decoder layers", ge=1)
     norm_before_residual: bool = opt(False, "residual taken after hidden_norm (some released checkpoints)")
     fc_norm: bool = opt(False, "per-slot RMSNorm on the fc input")
-    init_head_from_target: bool = opt(False, "initialise lm_head/norm from the target's head rows and final norm (trainable)")
-    eval_every: int = opt(0, "validate every N steps (0 = at the end of each epoch and of training)")
-    save_every: int = opt(50, "save resumable state every N steps")
-    log_every: int = opt(1, "write a metrics row every N steps")
-    nan_policy: str = opt("skip", "non-finite batch: skip (counted) or stop (error naming the step)")
+    init: str = opt("random", "drafter init: random, head (lm_head rows + final norm from the target), "
+                    "target (head + the decoder layer after the deepest captured point, fc selecting that slot)",
+                    choices=("random", "head", "target"))
+    freeze_head: bool = opt(False, "keep lm_head fixed (use with --init head/target): fewer trained weights, faster steps")
+    eval_every: int = opt(0, "validate every N steps (0 = at the end of each epoch and of training)", ge=0)
+    save_every: int = opt(50, "save resumable state every N steps", ge=1)
+    log_every: int = opt(1, "write a metrics row every N steps", ge=1)
+    nan_policy: str = opt("skip", "non-finite batch: skip (counted) or stop (error naming the step)", choices=("skip", "stop"))
+    max_skipped_fraction: float = opt(0.05, "fail the run when more than this share of its steps were skipped", ge=0, le=1)
     device: str = opt("auto", "auto, cpu, cuda, cuda:N (torchrun: cuda:LOCAL_RANK)")
     resume: bool = opt(False, "continue from --out/state")
     json: bool = opt(False, "print the final metrics as JSON")
@@ -123,22 +129,55 @@ def global_batch(train_idx: list[int], step: int, per_step: int, seed: int) -> l
     return [train_idx[i] for i in perm[k * per_step:(k + 1) * per_step]]
 
 
-def build_drafter(cfg: TrainConfig, target, manifest: dict, vocab_ids: torch.Tensor) -> Eagle3Drafter:
+def build_drafter(cfg: TrainConfig, target, manifest: dict, vocab_ids: torch.Tensor, ds=None) -> Eagle3Drafter:
+    from .drafter.warmstart import INITS, init_from_target_layer, init_head
+
+    if cfg.init not in INITS:
+        raise EaglewireError(f"--init {cfg.init!r}: expected one of {', '.join(INITS)}")
     torch.manual_seed(cfg.seed)
+    names = manifest["points"]["names"]
     dcfg = DrafterConfig.from_target_config(
-        target.config, draft_vocab_size=int(vocab_ids.numel()), num_aux=len(manifest["points"]["names"]),
+        target.config, draft_vocab_size=int(vocab_ids.numel()), num_aux=len(names),
         num_layers=cfg.num_layers, norm_before_residual=cfg.norm_before_residual, fc_norm=cfg.fc_norm)
     model = Eagle3Drafter(dcfg)
     model.load_target_embedding(target.model.get_input_embeddings().weight.detach().float().cpu())
     model.set_draft_vocab(vocab_ids)
-    if cfg.init_head_from_target:
-        # Start from the target's own head rows and final norm: the drafter then only has
-        # to learn to reproduce the target's last hidden state, not a vocabulary from scratch.
-        with torch.no_grad():
-            head = target.model.get_output_embeddings().weight.detach().float().cpu()
-            model.lm_head.weight.copy_(head[vocab_ids.long()])
-            model.norm.weight.copy_(target.model.base_model.norm.weight.detach().float().cpu())
+    if cfg.init in ("head", "target"):
+        init_head(model, target.model.get_output_embeddings().weight.detach().float().cpu(),
+                  target.model.base_model.norm.weight.detach().float().cpu())
+    if cfg.init == "target":
+        init_from_target_layer(model, target.model, names, _deepest_slot_scale(ds, names) if ds is not None else 1.0)
+    if cfg.freeze_head:
+        model.lm_head.weight.requires_grad_(False)
     return model
+
+
+def _deepest_slot_scale(ds, names: list[str]) -> float:
+    """Median RMS of the deepest captured slot over a few samples (position 0's massive activation excluded)."""
+    slot = max(range(len(names)), key=lambda j: int(names[j].split(".")[1]) if names[j].startswith("layers.") else -1)
+    rms = [ds[i]["features"][1:, slot].float().pow(2).mean(-1).sqrt() for i in range(min(8, len(ds)))]
+    return float(torch.cat(rms).median())
+
+
+class ArgmaxCache:
+    """The dataset plus each sample's full-vocab target argmax, computed once per sample.
+
+    The argmax scans the whole target vocabulary (49k rows on the default
+    target): recomputing it every epoch costs more than a TTT step.
+    """
+
+    def __init__(self, ds, head_w: torch.Tensor):
+        self.ds, self.head_w, self.cache = ds, head_w, {}
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int) -> dict:
+        item = self.ds[i]
+        if i not in self.cache:
+            th = item["target_hidden"].to(self.head_w.device, torch.float32)
+            self.cache[i] = target_full_argmax(th, self.head_w).cpu()  # [T]
+        return {**item, "target_argmax": self.cache[i]}
 
 
 def _micro_batch_loss(model, batch: dict, head_w: torch.Tensor, cfg: TrainConfig, n_global: torch.Tensor,
@@ -146,7 +185,8 @@ def _micro_batch_loss(model, batch: dict, head_w: torch.Tensor, cfg: TrainConfig
     feats = batch["features"].to(device=device, dtype=torch.float32).flatten(2)  # [B, T, P*H]
     out = ttt_forward(model, feats, batch["input_ids"].to(device), batch["target_hidden"].to(device, torch.float32),
                       head_w, loss_mask=batch["loss_mask"].to(device), attention_mask=batch["attention_mask"].to(device),
-                      steps=cfg.ttt_steps, decay=cfg.ttt_decay)
+                      target_argmax=batch["target_argmax"].to(device) if "target_argmax" in batch else None,
+                      steps=cfg.ttt_steps, decay=cfg.ttt_decay, target_temperature=cfg.target_temperature)
     total = sum(cfg.ttt_decay ** k * loss_k * n_k for k, (loss_k, n_k) in enumerate(zip(out.step_losses, out.counts)))
     # sum of CE over the global batch / N_global, times world (DDP averages gradients)
     loss = total * world / n_global.clamp(min=1)
@@ -328,8 +368,7 @@ def _setup(cfg: TrainConfig, device):
 def run_train(cfg: TrainConfig) -> dict:
     from .device import resolve_device
 
-    if cfg.nan_policy not in ("skip", "stop"):
-        raise EaglewireError(f"--nan-policy {cfg.nan_policy!r}: expected skip or stop")
+    check_ranges(cfg)  # also when built in code, not through the CLI
     device = resolve_device(cfg.device)
     dd = Dist(device)
     if dd.world > 1 and device.type == "cuda":
@@ -344,9 +383,13 @@ def run_train(cfg: TrainConfig) -> dict:
     if len(train_idx) < per_step:
         raise EaglewireError(f"{cfg.data}: {len(train_idx)} training samples, fewer than one global batch ({per_step})")
     total = cfg.max_steps or cfg.epochs * (len(train_idx) // per_step)
-    model = build_drafter(cfg, target, man, vocab.selected).to(device).train()
+    if total < 1:
+        raise EaglewireError(f"{cfg.data}: the run would take no optimizer step (--max-steps {cfg.max_steps}, "
+                             f"--epochs {cfg.epochs}, {len(train_idx)} training samples)")
+    model = build_drafter(cfg, target, man, vocab.selected, ds).to(device).train()
     head_w = target.model.get_output_embeddings().weight.detach().to(device, torch.float32)  # [V, Ht]
     del target
+    ds = ArgmaxCache(ds, head_w)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     start, skipped = 0, 0
@@ -360,7 +403,10 @@ def run_train(cfg: TrainConfig) -> dict:
     val = _loop(cfg, model, opt, ds, train_idx, val_idx, head_w, dd, device, log, start, total, per_step, skipped)
     if dd.main:
         prov.update(training={"config": config_to_dict(cfg), "total_steps": total, "world_size": dd.world,
-                              "skipped_batches": val.pop("skipped")}, validation=val)
+                              "skipped_batches": val.pop("skipped")}, validation=val,
+                    # the held-out split, so the doctor can evaluate on samples never trained on
+                    split={"dataset_manifest_sha": prov["dataset"]["manifest_sha"], "num_samples": len(ds),
+                           "val_indices": val_idx})
         save_checkpoint(cfg.out / "drafter", model, man["points"]["names"], man["target"]["fingerprint"]["num_layers"], prov)
     log.close()
     if dd.world > 1:
@@ -400,9 +446,21 @@ def _loop(cfg, model, opt, ds, train_idx, val_idx, head_w, dd, device, log, star
         if _STEP_DELAY:
             time.sleep(_STEP_DELAY)
     bar.close()
+    _check_skipped(cfg, skipped, total)
     if not val and val_idx:
         val = evaluate(model, ds, val_idx, head_w, cfg, device, dd)
     return {**val, "skipped": skipped}
+
+
+def _check_skipped(cfg: TrainConfig, skipped: int, total: int) -> None:
+    """A run that trained on (almost) nothing must not end as a success with a drafter written."""
+    if total == 0 or skipped >= total:
+        raise EaglewireError(f"{cfg.data}: no optimizer step was taken ({skipped} of {total} steps skipped for "
+                             "non-finite features or gradients); no drafter written")
+    if skipped / total > cfg.max_skipped_fraction:
+        raise EaglewireError(f"{cfg.data}: {skipped} of {total} steps were skipped for non-finite features or gradients "
+                             f"(more than --max-skipped-fraction {cfg.max_skipped_fraction}); no drafter written. "
+                             "Check the dataset with `eaglewire doctor dataset`")
 
 
 def register(app) -> None:

@@ -140,3 +140,18 @@ def test_cli_exit_codes_and_json(tiny_drafter, tmp_path):
     r = subprocess.run([sys.executable, "-m", "eaglewire.cli", "doctor", "config", str(d), "--engine", "vllm",
                         "--trained-on", str(ckpt)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "FAIL" in r.stdout and "[2, 4, 5]" in r.stdout
+
+
+def test_offline_tau_uses_the_held_out_split_recorded_in_the_run(tiny_drafter, tiny_targets):
+    ckpt, data = tiny_drafter
+    model, prov = load_checkpoint(ckpt)
+    val = prov["split"]["val_indices"]
+    assert val and prov["split"]["num_samples"] > len(val)
+    head = tiny_targets["llama"].model.get_output_embeddings().weight.float()
+    rep = doctor_drafter(model, prov, data, head, num_samples=64)
+    assert "held-out validation split" in rep.data["split"] and rep.data["offline"]["samples"] == len(val)
+    assert _check(rep, "split").ok
+    # without the record (an older run) the doctor says it evaluated on training samples
+    old = {k: v for k, v in prov.items() if k != "split"}
+    rep = doctor_drafter(model, old, data, head, num_samples=64)
+    assert rep.data["split"].startswith("TRAINING") and not _check(rep, "split").ok

@@ -6,6 +6,7 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from eaglewire.drafter import (
     DrafterConfig,
@@ -266,3 +267,21 @@ def test_step_ttt_matches_step_with_block_mask():
                 for (ck, cv), (nk, nv) in zip(cache, kv_ref, strict=True)
             ]
         )
+
+
+def test_hard_targets_are_plain_cross_entropy_on_the_target_argmax():
+    """target_temperature=0: step 0's loss is F.cross_entropy against the target's full-vocab argmax."""
+    model = make_model(draft_vocab_size=V)  # full vocab: every argmax is a draft id
+    batch = make_batch(b=1, t=8)
+    out = ttt_forward(model, steps=1, target_temperature=0.0, **batch)
+    # independent reference: hidden states by hand, hard labels from full logits
+    ids, th, head = batch["input_ids"], batch["target_hidden"], batch["target_head_weight"]
+    tokens = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1)
+    hidden, _ = model.step(tokens, model.project(batch["features"]), torch.arange(8)[None], None,
+                           ttt_mod.ttt_attention_mask(8, 0))
+    labels = (th @ head.T).argmax(-1)[:, 1:]  # [1, 7] target at s = t+1
+    keep = (batch["loss_mask"][:, 1:] * batch["attention_mask"][:, 1:]).bool()
+    ref = F.cross_entropy(model.logits(hidden)[:, :7][keep], labels[keep])
+    torch.testing.assert_close(out.step_losses[0], ref)
+    sharp = ttt_forward(model, steps=1, target_temperature=0.5, **batch)
+    assert not torch.allclose(sharp.loss, out.loss) and not torch.allclose(sharp.loss, ttt_forward(model, steps=1, **batch).loss)

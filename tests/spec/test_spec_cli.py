@@ -64,12 +64,24 @@ def test_generate_cli_json(tiny_targets, llama_ckpt):
 
 def test_bench_cli(tiny_targets, llama_ckpt, tmp_path):
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text('{"prompt": "Hello, how are you?"}\n{"messages": [{"role": "user", "content": "Tell me a story."}]}\n')
+    prompts.write_text('{"prompt": "Hello, how are you?", "category": "chat"}\n'
+                       '{"messages": [{"role": "user", "content": "Tell me a story."}], "category": "writing"}\n'
+                       '{"prompt": "Tell me a joke.", "category": "chat"}\n')
     r = CliRunner().invoke(app, ["bench", "--target", "tiny:llama", "--drafter", str(llama_ckpt), "--prompts",
-                                 str(prompts), "--max-new-tokens", "8", "--out", str(tmp_path / "b"), "--json"])
+                                 str(prompts), "--max-new-tokens", "8", "--out", str(tmp_path / "b"), "--json",
+                                 "--repeats", "2", "--methods", "hf_generate", "--methods", "eaglewire_plain",
+                                 "--methods", "hf_prompt_lookup", "--methods", "eaglewire_chain", "--methods", "eaglewire_tree"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert set(d["methods"]) == {"hf_generate", "eaglewire_plain", "hf_prompt_lookup", "eaglewire_chain", "eaglewire_tree"}
     assert d["greedy_outputs_match"], d
+    assert set(d["categories"]) == {"chat", "writing"} and d["categories"]["chat"]["prompts"] == 2
+    tree = d["methods"]["eaglewire_tree"]
+    assert tree["speedup_spread"]["n"] == 2 and tree["speedup_spread"]["min"] <= tree["speedup"] <= tree["speedup_spread"]["max"]
+    assert d["methods"]["eaglewire_plain"]["speedup_vs_plain"] == 1.0
+    assert d["plain_vs_hf_generate"] == d["methods"]["eaglewire_plain"]["speedup"]
+    # the tau of all prompts is the step-weighted mix of the categories' taus
+    assert min(c["eaglewire_tree"]["tau"] for c in d["categories"].values()) <= tree["tau"] \
+        <= max(c["eaglewire_tree"]["tau"] for c in d["categories"].values())
     for f in ("bench.json", "bench.md", "bench.png"):
         assert (tmp_path / "b" / f).is_file()

@@ -32,6 +32,7 @@ class _GenOptions:
     prompts: Path | None = opt(None, "JSONL of prompts, ShareGPT conversations or OpenAI messages")
     self_prompts: int = opt(0, "number of prompts to sample from the target itself (Magpie-style)")
     self_prompt_tokens: int = opt(64, "max tokens of each self-generated prompt")
+    topic_prompts: int = opt(0, "number of prompts composed from task types x topics (free, diverse)")
     max_new_tokens: int = opt(256, "max tokens per regenerated answer")
     temperature: float = opt(0.0, "0 = greedy answers")
     top_p: float = opt(1.0, "nucleus sampling for answers when temperature > 0")
@@ -94,13 +95,19 @@ def _collect_prompts(cfg, target) -> tuple[list, dict]:
     path = cfg.out / PROMPTS
     if cfg.resume and path.exists():
         return [Conversation(messages=r["messages"]) for r in read_jsonl(path)], {"resumed": True}
-    if cfg.prompts is None and cfg.self_prompts <= 0:
-        raise EaglewireError("give --prompts FILE or --self-prompts N")
+    if cfg.prompts is None and cfg.self_prompts <= 0 and cfg.topic_prompts <= 0:
+        raise EaglewireError("give --prompts FILE, --topic-prompts N or --self-prompts N")
     convs, counts = [], {}
     if cfg.prompts is not None:
         loaded = load_prompts(cfg.prompts)
         counts["loaded"] = len(loaded)
         convs += loaded
+    if cfg.topic_prompts > 0:
+        from .topic_prompts import topic_prompts
+
+        tp = topic_prompts(cfg.topic_prompts, seed=cfg.seed)
+        counts["topic_prompts"] = len(tp)
+        convs += tp
     if cfg.self_prompts > 0:
         sp, sp_counts = self_prompts(target, cfg.self_prompts, seed=cfg.seed, batch_size=cfg.batch_size,
                                      max_new_tokens=cfg.self_prompt_tokens)

@@ -77,8 +77,12 @@ def collate(batch: list[dict], pad_id: int = 0) -> dict:
         "features": torch.zeros((B, T, P, H), dtype=batch[0]["features"].dtype),
         "target_hidden": torch.zeros((B, T, H), dtype=batch[0]["target_hidden"].dtype),
     }
+    if "target_argmax" in batch[0]:
+        out["target_argmax"] = torch.zeros((B, T), dtype=torch.long)
     for j, b in enumerate(batch):
         n = b["input_ids"].shape[0]
+        if "target_argmax" in out:
+            out["target_argmax"][j, :n] = b["target_argmax"]
         out["input_ids"][j, :n] = b["input_ids"]
         out["loss_mask"][j, :n] = b["loss_mask"]
         out["attention_mask"][j, :n] = True

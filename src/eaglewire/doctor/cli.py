@@ -24,8 +24,8 @@ class DrafterCfg:
     ckpt: Path = opt(help="drafter checkpoint (eaglewire) or training run directory", arg=True)
     data: Path = opt(help="dataset captured at the drafter's points")
     target: str = opt("", "target (for its lm_head); default: the drafter's provenance")
-    samples: int = opt(32, "samples to evaluate")
-    depth: int = opt(5, "chain depth for the offline tau")
+    samples: int = opt(64, "samples to evaluate (from the held-out split when --data is the training dataset)")
+    depth: int = opt(4, "chain depth for the offline tau (the serving chain default)")
     json: bool = opt(False, "print JSON")
 
 

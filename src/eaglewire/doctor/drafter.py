@@ -41,13 +41,20 @@ def unroll_predictions(model, batch: dict, head_w: torch.Tensor, depth: int):
     return torch.stack(preds, -1), torch.stack(targets, -1), torch.stack(masks, -1)  # [B, T, depth]
 
 
-def chain_stats(model, ds, head_w, num_samples: int, depth: int, d2t_mode: str = "offsets") -> dict:
-    """acc per depth (masked top-1, as in training) and offline chain tau (accept + 1 bonus)."""
+def chain_stats(model, ds, head_w, num_samples: int, depth: int, d2t_mode: str = "offsets",
+                indices: list[int] | None = None) -> dict:
+    """acc per depth and offline chain tau (accept + 1 bonus) on ``indices`` (default: the first samples).
+
+    acc_k's denominator is every loss position whose target exists (as SpecForge
+    and official EAGLE-3 count it): a target token outside the draft vocab
+    counts as a miss.
+    """
     correct = torch.zeros(depth)
     count = torch.zeros(depth)
     accept_lengths = []
-    for i in range(0, min(num_samples, len(ds)), 4):
-        b = collate([ds[j] for j in range(i, min(i + 4, num_samples, len(ds)))])
+    idx = list(range(len(ds)) if indices is None else indices)[:num_samples]
+    for i in range(0, len(idx), 4):
+        b = collate([ds[j] for j in idx[i:i + 4]])
         pred, tgt, m = unroll_predictions(model, b, head_w, depth)
         mapped = pred + model.d2t[pred] if d2t_mode == "offsets" else model.d2t[pred]
         hit = (mapped == tgt) & m  # [B, T, depth]
@@ -59,10 +66,24 @@ def chain_stats(model, ds, head_w, num_samples: int, depth: int, d2t_mode: str =
     acc = (correct / count.clamp(min=1)).tolist()
     hist = torch.bincount(torch.tensor(accept_lengths or [0]), minlength=depth + 1).tolist()
     tau = 1.0 + (sum(accept_lengths) / len(accept_lengths) if accept_lengths else 0.0)
-    return {"acc": acc, "tau_chain": tau, "depth": depth, "accept_hist": hist, "positions": len(accept_lengths)}
+    return {"acc": acc, "tau_chain": tau, "depth": depth, "accept_hist": hist, "positions": len(accept_lengths),
+            "samples": len(idx)}
 
 
-def doctor_drafter(model, prov: dict, data_dir, head_w: torch.Tensor, num_samples: int = 32, depth: int = 5) -> Report:
+def heldout_indices(prov: dict, data_dir, ds) -> tuple[list[int], str]:
+    """Samples the drafter never trained on, and a sentence saying which split that is."""
+    from ..data.manifest import manifest_hash
+
+    split = prov.get("split") or {}
+    trained_sha = split.get("dataset_manifest_sha") or (prov.get("dataset") or {}).get("manifest_sha")
+    if trained_sha is None or trained_sha != manifest_hash(data_dir):
+        return list(range(len(ds))), "all samples (a dataset other than the training one)"
+    if split.get("val_indices") and split.get("num_samples") == len(ds):
+        return list(split["val_indices"]), f"the held-out validation split recorded in the run ({len(split['val_indices'])} samples)"
+    return list(range(len(ds))), "TRAINING samples (the run records no held-out split): expect an optimistic tau"
+
+
+def doctor_drafter(model, prov: dict, data_dir, head_w: torch.Tensor, num_samples: int = 64, depth: int = 4) -> Report:
     rep = Report("drafter")
     ds = FeatureDataset(data_dir, verify=False)
     man = ds.manifest
@@ -72,13 +93,17 @@ def doctor_drafter(model, prov: dict, data_dir, head_w: torch.Tensor, num_sample
     rep.add("points", same or not trained or not stored,
             f"drafter trained on {trained}, dataset holds {stored}",
             "evaluate on a dataset captured at the drafter's points")
-    good = chain_stats(model, ds, head_w, num_samples, depth, "offsets")
-    as_ids = chain_stats(model, ds, head_w, num_samples, depth, "ids")
-    rep.data.update(offline=good, d2t_as_ids=as_ids)
+    idx, which = heldout_indices(prov, data_dir, ds)
+    good = chain_stats(model, ds, head_w, num_samples, depth, "offsets", idx)
+    as_ids = chain_stats(model, ds, head_w, num_samples, depth, "ids", idx)
+    rep.data.update(offline=good, d2t_as_ids=as_ids, split=which)
+    rep.add("split", not which.startswith("TRAINING"), f"evaluated on {which}",
+            "train with --val-fraction > 0, or give a dataset the drafter never saw", level="warning")
     rep.add("accuracy", good["acc"][0] >= 0.2, "acc per depth " + " ".join(f"{a:.3f}" for a in good["acc"]),
             "the drafter predicts the target poorly: train longer, or check `doctor dataset` / the points")
     rep.add("offline tau", good["tau_chain"] >= 1.3,
-            f"chain depth {depth}: tau {good['tau_chain']:.2f} (accepted+1 per verify step); serving should reach about this",
+            f"chain depth {depth}: tau {good['tau_chain']:.2f} (accepted+1 per verify step, {good['samples']} samples); "
+            "serving chain decoding at this depth should reach about this",
             "tau near 1 means every draft is rejected: a wiring or training problem", level="warning")
     d2t_nonzero = bool((model.d2t != 0).any())
     if d2t_nonzero and as_ids["acc"][0] > good["acc"][0] + 0.1:

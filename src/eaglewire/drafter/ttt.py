@@ -114,15 +114,23 @@ def prepare_targets(
     loss_mask: torch.Tensor,  # [B, T]
     attention_mask: torch.Tensor,  # [B, T]
     target_argmax: torch.Tensor | None = None,  # [B, T]
+    temperature: float = 1.0,
 ) -> _Targets:
     """Soft targets over the draft vocab plus the unshifted position mask.
+
+    ``temperature`` sharpens (< 1) or softens the target distribution; 0 gives
+    one-hot targets on the target's argmax (plain CE: greedy serving only
+    accepts the argmax, so the tail of q is capacity spent elsewhere).
 
     The head matmul runs in the target's dtype (as the target itself would);
     logits are promoted to at least fp32 before the softmax.
     """
     rows = head_weight[model.draft_target_ids()]  # [D, Ht]
     logits = (target_hidden @ rows.T).to(_compute_dtype(target_hidden.dtype))  # [B, T, D]
-    probs = logits.softmax(dim=-1)
+    if temperature == 0:
+        probs = F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)  # [B, T, D]
+    else:
+        probs = (logits / temperature).softmax(dim=-1)
     if target_argmax is None:
         target_argmax = target_full_argmax(target_hidden, head_weight)
     target_argmax = target_argmax.to(device=probs.device, dtype=torch.long)
@@ -208,6 +216,7 @@ def ttt_forward(
     target_argmax: torch.Tensor | None = None,  # [B, T] optional precomputed full argmax
     steps: int = 7,
     decay: float = 0.8,
+    target_temperature: float = 1.0,
 ) -> TTTOutput:
     """Efficient TTT: one ``model.step_ttt`` per unrolled step over all positions.
 
@@ -220,7 +229,8 @@ def ttt_forward(
     """
     loss_mask, attention_mask = _defaults(input_ids, loss_mask, attention_mask)
     tg = prepare_targets(
-        model, target_hidden, target_head_weight, loss_mask, attention_mask, target_argmax
+        model, target_hidden, target_head_weight, loss_mask, attention_mask, target_argmax,
+        temperature=target_temperature,
     )
     b, t = input_ids.shape
     hidden = model.project(features)  # [B, T, H]

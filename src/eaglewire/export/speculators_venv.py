@@ -4,7 +4,7 @@ Why a separate venv: speculators 0.9.0 pins transformers<=5.19 while
 eaglewire runs on 5.24, so the two cannot share an interpreter. The venv is
 built once under the eaglewire cache and reused by tests and benchmarks.
 
-Why these pins (measured, shared/design/cpu-notes.md): `torch==2.13.0` is the
+Why these pins (measured on the 2-core CPU machine): `torch==2.13.0` is the
 CPU wheel on this machine's disk (an unpinned torch would pull a multi-GB CUDA
 build); `hs-connectors` and `speculators` go in with --no-deps because their
 full dependency sets drag GPU-only transfer engines; the import-time

@@ -1,7 +1,10 @@
 """Side-by-side benchmark: the same prompts and token budget for every method.
 
 Methods: transformers ``generate`` greedy (the baseline), eaglewire plain
-decoding, transformers prompt-lookup decoding, eaglewire chain and tree.
+decoding, transformers prompt-lookup decoding (opt-in), eaglewire chain and
+tree. Speedups are given against both transformers ``generate`` and our own
+plain decoding: the plain engine is itself faster than ``generate`` (prepacked
+head), and that part of a gain is not speculation's.
 Every method is run once on a short warm-up first (first-call allocations
 and oneDNN weight packing are not what a server pays per request). Greedy
 outputs of every method are compared token-for-token with the baseline; the
@@ -20,7 +23,10 @@ import torch
 from .engine import SpecConfig, SpecEngine
 from .metrics import Metrics
 
-METHODS = ("hf_generate", "eaglewire_plain", "hf_prompt_lookup", "eaglewire_chain", "eaglewire_tree")
+METHODS = ("hf_generate", "eaglewire_plain", "hf_prompt_lookup", "eaglewire_chain", "eaglewire_tree",
+           "eaglewire_tree_lookup")
+DEFAULT_METHODS = ("hf_generate", "eaglewire_plain", "eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup")
+LOOKUP_TOKENS = 6  # eaglewire_tree_lookup: the drafter's tree plus a context-lookup branch of up to 6 tokens
 
 
 def _hf(target, ids: list[int], max_new: int, lookup: int | None) -> list[int]:
@@ -33,62 +39,189 @@ def _hf(target, ids: list[int], max_new: int, lookup: int | None) -> list[int]:
     return out[0, x.shape[1]:].tolist()
 
 
-def _run_method(method: str, target, engines: dict, prompts: list[list[int]], max_new: int, cfg: SpecConfig):
-    """(outputs per prompt, seconds, aggregated Metrics or None)."""
-    outs, agg, total = [], Metrics(), 0.0
-    for ids in prompts:
-        t0 = time.perf_counter()
-        if method.startswith("hf_"):
-            outs.append(_hf(target, ids, max_new, 10 if method == "hf_prompt_lookup" else None))
-            total += time.perf_counter() - t0
-            continue
-        mode = method.split("_", 1)[1]
-        eng = engines["plain" if mode == "plain" else "spec"]
-        r = eng.generate(ids, SpecConfig(**{**cfg.__dict__, "mode": mode, "max_new_tokens": max_new, "temperature": 0.0}))
-        total += time.perf_counter() - t0
-        outs.append(r.token_ids)
-        agg.add(r.metrics)
-    return outs, total, (agg if not method.startswith("hf_") else None)
+def _run_one(method: str, target, engines: dict, ids: list[int], max_new: int, cfg: SpecConfig):
+    """(output ids, seconds, Metrics or None) for one prompt."""
+    t0 = time.perf_counter()
+    if method.startswith("hf_"):
+        out = _hf(target, ids, max_new, 10 if method == "hf_prompt_lookup" else None)
+        return out, time.perf_counter() - t0, None
+    mode = method.split("_")[1]
+    lookup = (cfg.lookup or LOOKUP_TOKENS) if method == "eaglewire_tree_lookup" else 0
+    eng = engines["plain" if mode == "plain" else "spec"]
+    r = eng.generate(ids, SpecConfig(**{**cfg.__dict__, "mode": mode, "max_new_tokens": max_new, "temperature": 0.0,
+                                        "lookup": lookup}))
+    return r.token_ids, time.perf_counter() - t0, r.metrics
+
+
+def _median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    n = len(ys)
+    return ys[n // 2] if n % 2 else 0.5 * (ys[n // 2 - 1] + ys[n // 2])
+
+
+def _spread(xs: list[float]) -> dict:
+    return {"median": _median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
 def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
-              cfg: SpecConfig | None = None, methods=METHODS) -> dict:
+              cfg: SpecConfig | None = None, methods=METHODS, categories: list[str] | None = None,
+              repeats: int = 1, progress: bool = True) -> dict:
+    """Every method on every prompt, interleaved per prompt (the order rotates), ``repeats`` times.
+
+    Interleaving puts machine noise on all methods alike; throughput ratios are
+    formed per repeat (same prompts, same minutes) and reported as median and
+    range. Greedy outputs of every method are compared with the first method's.
+    """
+    from tqdm import tqdm
+
     cfg = cfg or SpecConfig()
+    categories = categories or ["all"] * len(prompts)
     engines = {"plain": SpecEngine(target), "spec": SpecEngine(target, drafter, points)}
-    methods = [m for m in methods if drafter is not None or m not in ("eaglewire_chain", "eaglewire_tree")]
-    for m in methods:  # warm-up
-        _run_method(m, target, engines, prompts[:1], min(8, max_new), cfg)
-    res: dict = {"max_new_tokens": max_new, "num_prompts": len(prompts), "methods": {},
-                 "config": {"depth": cfg.depth, "top_k": cfg.top_k, "tree_depth": cfg.tree_depth,
-                            "total_tokens": cfg.total_tokens}}
-    baseline = None
+    methods = [m for m in methods if drafter is not None or m not in ("eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup")]
+    for m in methods:  # warm-up: first-call allocations and weight packing are not per-request costs
+        _run_one(m, target, engines, prompts[0], min(8, max_new), cfg)
+    secs = {m: [[0.0] * len(prompts) for _ in range(repeats)] for m in methods}
+    ntok = {m: [0] * len(prompts) for m in methods}
+    outs = {m: [None] * len(prompts) for m in methods}
+    metrics = {m: [Metrics() for _ in prompts] for m in methods}
+    bar = tqdm(total=repeats * len(prompts) * len(methods), desc="bench", unit="run", disable=not progress, dynamic_ncols=True)
+    for r in range(repeats):
+        for i, ids in enumerate(prompts):
+            k = (r * len(prompts) + i) % len(methods)
+            for m in methods[k:] + methods[:k]:
+                out, sec, met = _run_one(m, target, engines, ids, max_new, cfg)
+                secs[m][r][i] = sec
+                if r == 0:
+                    outs[m][i], ntok[m][i] = out, len(out)
+                    if met is not None:
+                        metrics[m][i] = met
+                bar.update(1)
+    bar.close()
+    res = {"max_new_tokens": max_new, "num_prompts": len(prompts), "repeats": repeats, "interleaved": True,
+           "methods": {}, "config": {"depth": cfg.depth, "top_k": cfg.top_k, "tree_depth": cfg.tree_depth,
+                                      "total_tokens": cfg.total_tokens}}
+    base = methods[0]
     for m in methods:
-        outs, secs, agg = _run_method(m, target, engines, prompts, max_new, cfg)
-        if baseline is None:
-            baseline = outs
-        ntok = sum(len(o) for o in outs)
-        row = {"tokens": ntok, "seconds": secs, "tokens_per_s": ntok / secs if secs else None,
-               "differ_from_baseline": sum(a != b for a, b in zip(outs, baseline, strict=True))}
-        if agg is not None and agg.steps:
+        tps = [sum(ntok[m]) / sum(secs[m][r]) for r in range(repeats)]
+        row = {"tokens": sum(ntok[m]), "seconds": _median([sum(secs[m][r]) for r in range(repeats)]),
+               "tokens_per_s": _median(tps), "tokens_per_s_spread": _spread(tps),
+               "differ_from_baseline": sum(a != b for a, b in zip(outs[m], outs[base], strict=True))}
+        agg = Metrics()
+        for x in metrics[m]:
+            agg.add(x)
+        if agg.steps:
             d = agg.to_dict()
-            row.update(tau=d["tau"], accept_per_position=d["accept_per_position"],
-                       accept_hist=d["accept_hist"], time_s=d["time_s"])
+            row.update(tau=d["tau"], accept_per_position=d["accept_per_position"], accept_hist=d["accept_hist"],
+                       time_s=d["time_s"])
         res["methods"][m] = row
-    base = res["methods"][methods[0]]["tokens_per_s"]
-    for row in res["methods"].values():
-        row["speedup"] = row["tokens_per_s"] / base if base and row["tokens_per_s"] else None
+    _speedups(res, methods, secs, ntok, repeats)
+    res["categories"] = _per_category(methods, secs, ntok, metrics, categories, repeats)
     res["greedy_outputs_match"] = all(r["differ_from_baseline"] == 0 for r in res["methods"].values())
     return res
 
 
+SHAPES = ((2, 3, 7), (3, 4, 10), (2, 5, 10), (3, 5, 12), (4, 5, 16), (3, 6, 16), (4, 6, 20))
+
+
+def auto_shape(target, drafter, points, prompts: list[list[int]], max_new: int, cfg: SpecConfig,
+               shapes=SHAPES) -> dict:
+    """Pick the tree (top_k, depth, total tokens) with the best throughput over plain decoding on ``prompts``.
+
+    Each shape runs right after a plain run of the same prompt (noise falls on
+    both alike); the score is the ratio of summed throughputs. Returns the
+    winner and every shape's tau and ratio.
+    """
+    engines = {"plain": SpecEngine(target), "spec": SpecEngine(target, drafter, points)}
+    _run_one("eaglewire_tree", target, engines, prompts[0], 8, cfg)
+    rows = []
+    for k, d, n in shapes:
+        c = SpecConfig(**{**cfg.__dict__, "top_k": k, "tree_depth": d, "total_tokens": n})
+        plain_s = tree_s = 0.0
+        agg = Metrics()
+        ntok = 0
+        for ids in prompts:
+            out_p, sp, _ = _run_one("eaglewire_plain", target, engines, ids, max_new, c)
+            out_t, st, met = _run_one("eaglewire_tree", target, engines, ids, max_new, c)
+            plain_s, tree_s, ntok = plain_s + sp, tree_s + st, ntok + len(out_t)
+            agg.add(met)
+        rows.append({"top_k": k, "tree_depth": d, "total_tokens": n, "tau": agg.tau, "speedup_vs_plain": plain_s / tree_s})
+    best = max(rows, key=lambda r: r["speedup_vs_plain"])
+    return {"best": best, "shapes": rows, "prompts": len(prompts), "max_new_tokens": max_new}
+
+
+def _ratio(secs, ntok, a: str, b: str, r: int, idx=None) -> float:
+    """Throughput of a over throughput of b in repeat r (over the prompts idx)."""
+    idx = range(len(ntok[a])) if idx is None else idx
+    ta = sum(ntok[a][i] for i in idx) / sum(secs[a][r][i] for i in idx)
+    tb = sum(ntok[b][i] for i in idx) / sum(secs[b][r][i] for i in idx)
+    return ta / tb
+
+
+def _speedups(res: dict, methods: list[str], secs, ntok, repeats: int) -> None:
+    """speedup (vs the first method, transformers generate) and vs eaglewire plain, per repeat -> median/range."""
+    refs = [(k, m) for k, m in (("speedup", methods[0]), ("speedup_vs_plain", "eaglewire_plain")) if m in methods]
+    for m in methods:
+        row = res["methods"][m]
+        for key, ref in refs:
+            rs = [_ratio(secs, ntok, m, ref, r) for r in range(repeats)]
+            row[key], row[key + "_spread"] = _median(rs), _spread(rs)
+        if "speedup_vs_plain" in row:  # per-prompt ratios: how much of the gain is every prompt's
+            per = [_ratio(secs, ntok, m, "eaglewire_plain", 0, [i]) for i in range(len(ntok[m]))]
+            row["speedup_vs_plain_per_prompt"] = _spread(per)
+    if "eaglewire_plain" in methods and methods[0] != "eaglewire_plain":
+        res["plain_vs_" + methods[0]] = res["methods"]["eaglewire_plain"]["speedup"]
+
+
+def _per_category(methods, secs, ntok, metrics, categories: list[str], repeats: int) -> dict:
+    out = {}
+    for c in dict.fromkeys(categories):
+        idx = [i for i, x in enumerate(categories) if x == c]
+        row = {"prompts": len(idx)}
+        for m in methods:
+            agg = Metrics()
+            for i in idx:
+                agg.add(metrics[m][i])
+            cell = {"tau": agg.tau} if agg.steps else {}
+            if "eaglewire_plain" in methods:
+                cell["speedup_vs_plain"] = _median([_ratio(secs, ntok, m, "eaglewire_plain", r, idx) for r in range(repeats)])
+            row[m] = cell
+        out[c] = row
+    return out
+
+
+def _fmt_spread(row: dict, key: str) -> str:
+    sp = row.get(key + "_spread")
+    v = f"{row[key]:.2f}x"
+    return v + (f" ({sp['min']:.2f}-{sp['max']:.2f})" if sp and sp["n"] > 1 else "")
+
+
 def markdown(res: dict) -> str:
-    lines = [f"{res['num_prompts']} prompts, {res['max_new_tokens']} max new tokens, greedy\n",
-             "| method | tokens/s | speedup | tau | acceptance (cumulative) | prompts differing |",
-             "|---|---:|---:|---:|---|---:|"]
+    lines = [f"{res['num_prompts']} prompts, {res['max_new_tokens']} max new tokens, greedy, methods interleaved per "
+             f"prompt, {res['repeats']} repeat(s): median (range over repeats)\n",
+             "| method | tokens/s | vs transformers generate | vs eaglewire plain | tau | acceptance (cumulative) | prompts differing |",
+             "|---|---:|---:|---:|---:|---|---:|"]
     for m, r in res["methods"].items():
         tau = f"{r['tau']:.2f}" if r.get("tau") else "-"
         acc = ", ".join(f"{a:.2f}" for a in r["accept_per_position"]["cumulative"]) if r.get("accept_per_position") else "-"
-        lines.append(f"| {m} | {r['tokens_per_s']:.2f} | {r['speedup']:.2f}x | {tau} | {acc} | {r['differ_from_baseline']} |")
+        vp = _fmt_spread(r, "speedup_vs_plain") if "speedup_vs_plain" in r else "-"
+        lines.append(f"| {m} | {r['tokens_per_s']:.2f} | {_fmt_spread(r, 'speedup')} | {vp} | {tau} | {acc} | "
+                     f"{r['differ_from_baseline']} |")
+    for k, v in res.items():
+        if k.startswith("plain_vs_"):
+            lines.append(f"\neaglewire plain decoding runs at {v:.2f}x {k[len('plain_vs_'):]} (no speculation): "
+                         "speculation's own gain is the 'vs eaglewire plain' column.")
+    cats = res.get("categories") or {}
+    spec = [m for m in res["methods"] if m in ("eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup")]
+    if len(cats) > 1 and spec:
+        lines += ["", "| category | prompts | " + " | ".join(f"{m} tau | {m} vs plain" for m in spec) + " |",
+                  "|---|---:|" + "---:|" * (2 * len(spec))]
+        for c, row in cats.items():
+            cells = []
+            for m in spec:
+                cell = row.get(m, {})
+                cells += [f"{cell['tau']:.2f}" if cell.get("tau") else "-",
+                          f"{cell['speedup_vs_plain']:.2f}x" if "speedup_vs_plain" in cell else "-"]
+            lines.append(f"| {c} | {row['prompts']} | " + " | ".join(cells) + " |")
     verdict = "all greedy outputs matched the transformers baseline" if res["greedy_outputs_match"] else \
         "SOME GREEDY OUTPUTS DIFFER from the transformers baseline (see 'prompts differing')"
     lines.append(f"\n{verdict}.")

@@ -29,6 +29,7 @@ class GenerateConfig:
     top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level")
     tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels")
     total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)")
+    lookup: int = opt(0, "tree, greedy: also verify up to N tokens copied from the context (prompt lookup)", ge=0)
     seed: int = opt(0, "sampling seed")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
     dtype: str = opt("auto", "auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16")
@@ -38,11 +39,17 @@ class GenerateConfig:
 
 @dataclass
 class BenchConfig:
-    drafter: Path = opt(help="drafter checkpoint directory")
-    prompts: Path = opt(help='JSONL: {"prompt": ...} or {"messages": [...]} per line')
+    drafter: Path = opt(help="drafter checkpoint directory (or a training run directory)")
+    prompts: Path | None = opt(None, 'JSONL: {"prompt": ..., "category": ...} or {"messages": [...]} per line; '
+                               "default: the shipped held-out set (54 prompts, 9 categories)")
     target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
     max_new_tokens: int = opt(64, "max generated tokens per prompt (every method)")
-    max_prompts: int = opt(0, "use only the first N prompts (0 = all)")
+    max_prompts: int = opt(0, "use only N prompts (0 = all), taken round-robin over the categories")
+    repeats: int = opt(1, "timed passes over the prompts (ratios per pass -> median and range)", ge=1)
+    auto_shape: int = opt(0, "first try several tree shapes on this many prompts and bench the fastest (0 = off)", ge=0)
+    methods: list[str] = opt(help="methods (repeatable): hf_generate, eaglewire_plain, hf_prompt_lookup, "
+                             "eaglewire_chain, eaglewire_tree, eaglewire_tree_lookup (the drafter's tree plus a "
+                             "context-lookup branch); default: all but hf_prompt_lookup", factory=list)
     depth: int = opt(DEFAULTS["chain_depth"], "chain: draft tokens per step")
     top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level")
     tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels")
@@ -72,7 +79,7 @@ def _spec_cfg(cfg, mode: str):
     from .engine import SpecConfig
 
     return SpecConfig(mode=mode, depth=cfg.depth, top_k=cfg.top_k, tree_depth=cfg.tree_depth,
-                      total_tokens=cfg.total_tokens,
+                      total_tokens=cfg.total_tokens, lookup=getattr(cfg, "lookup", 0),
                       temperature=getattr(cfg, "temperature", 0.0), top_p=getattr(cfg, "top_p", 1.0),
                       max_new_tokens=cfg.max_new_tokens, stop=list(getattr(cfg, "stop", []) or []),
                       seed=getattr(cfg, "seed", 0))
@@ -106,24 +113,68 @@ def run_bench_cmd(cfg: BenchConfig) -> dict:
     return res
 
 
+def heldout_prompts_path() -> Path:
+    """The shipped held-out prompt set: hand-written, never used to make training data."""
+    return Path(__file__).resolve().parents[1] / "bench_prompts" / "heldout.jsonl"
+
+
+def _categories(path: Path, n: int) -> list[str]:
+    cats = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                obj = json.loads(line)
+                cats.append(obj.get("category", "all") if isinstance(obj, dict) else "all")
+    return cats[:n] if len(cats) >= n else ["all"] * n
+
+
+def _round_robin(n: int, cats: list[str]) -> list[int]:
+    """Indices of n prompts taking one per category in turn, so a short bench still spans every category."""
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(cats):
+        groups.setdefault(c, []).append(i)
+    order, k = [], 0
+    while len(order) < min(n, len(cats)):
+        order += [g[k] for g in groups.values() if k < len(g)][: n - len(order)]
+        k += 1
+    return sorted(order)
+
+
 def bench_from_config(cfg: BenchConfig) -> dict:
     """The benchmark as a function (the demo calls it); writes files when cfg.out is set."""
     from ..data.prompts import load_prompts, prompt_turns
-    from .bench import run_bench, write_outputs
+    from .bench import DEFAULT_METHODS, METHODS, run_bench, write_outputs
     from .engine import SpecEngine
 
-    convs = load_prompts(cfg.prompts)
+    bad = [m for m in cfg.methods if m not in METHODS]
+    if bad:
+        raise EaglewireError(f"--methods {', '.join(bad)}: expected some of {', '.join(METHODS)}")
+    path = cfg.prompts or heldout_prompts_path()
+    convs = load_prompts(path)
+    cats = _categories(path, len(convs))
     if cfg.max_prompts > 0:
-        convs = convs[: cfg.max_prompts]
+        keep = _round_robin(cfg.max_prompts, cats)
+        convs, cats = [convs[i] for i in keep], [cats[i] for i in keep]
     if not convs:
-        raise EaglewireError(f"{cfg.prompts}: no prompts")
+        raise EaglewireError(f"{path}: no prompts")
     target, drafter, points = _load(cfg)
     enc = SpecEngine(target)
     prompts = []
     for c in convs:
         turns = prompt_turns(c)
         prompts.append(enc.encode(turns if cfg.chat else turns[-1]["content"], chat=cfg.chat))
-    res = run_bench(target, drafter, points, prompts, cfg.max_new_tokens, _spec_cfg(cfg, "tree"))
+    spec_cfg, shape = _spec_cfg(cfg, "tree"), None
+    if cfg.auto_shape and drafter is not None:
+        from .bench import auto_shape
+
+        shape = auto_shape(target, drafter, points, prompts[: cfg.auto_shape], cfg.max_new_tokens, spec_cfg)
+        b = shape["best"]
+        spec_cfg.top_k, spec_cfg.tree_depth, spec_cfg.total_tokens = b["top_k"], b["tree_depth"], b["total_tokens"]
+    res = run_bench(target, drafter, points, prompts, cfg.max_new_tokens, spec_cfg,
+                    methods=tuple(cfg.methods) or DEFAULT_METHODS, categories=cats, repeats=cfg.repeats)
+    if shape is not None:
+        res["auto_shape"] = shape
+    res["prompts"] = str(path)
     if cfg.out is not None:
         res["files"] = write_outputs(res, cfg.out)
     return res

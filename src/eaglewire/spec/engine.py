@@ -59,6 +59,7 @@ class SpecConfig:
     top_k: int = DEFAULTS["top_k"]
     tree_depth: int = DEFAULTS["tree_depth"]
     total_tokens: int = DEFAULTS["total_tokens"]  # root + drafts in one verify
+    lookup: int = 0  # greedy: also verify up to this many tokens copied from the context (0 = off)
     temperature: float = 0.0
     top_p: float = 1.0
     max_new_tokens: int = 128
@@ -74,6 +75,8 @@ class SpecConfig:
             raise EaglewireError("--temperature must be >= 0 and --top-p in (0, 1]")
         if min(self.depth, self.top_k, self.tree_depth) < 1 or self.total_tokens < 2:
             raise EaglewireError("depth, top_k, tree_depth must be >= 1 and total_tokens >= 2")
+        if self.lookup < 0:
+            raise EaglewireError(f"--lookup {self.lookup}: expected >= 0")
 
 
 @dataclass
@@ -187,8 +190,9 @@ class SpecEngine:
         m = Metrics(prompt_tokens=len(prompt_ids))
         out = _Output(self.target.tokenizer, self.target.eos_ids(), min(cfg.max_new_tokens, limit - len(prompt_ids)), cfg.stop)
         start = time.perf_counter()
+        self._prompt = list(prompt_ids)
         self._prefill(prompt_ids, cfg, gen, out, m)
-        depth = cfg.depth if cfg.mode == "chain" else cfg.tree_depth
+        depth = max(cfg.depth if cfg.mode == "chain" else cfg.tree_depth, self._lookup_len(cfg))
         while not out.done:
             if cfg.mode != "plain" and self.runner.length + depth + 2 <= limit:
                 self._spec_step(cfg, gen, out, m)
@@ -226,9 +230,18 @@ class SpecEngine:
         out.push([self._choose(self.runner.logits(hidden[0, -1:])[0], cfg, gen)])
         m.time["verify"] += time.perf_counter() - t0
 
+    @staticmethod
+    def _lookup_len(cfg: SpecConfig) -> int:
+        return cfg.lookup if cfg.temperature == 0 and cfg.mode != "plain" else 0
+
     def _make_draft(self, cfg: SpecConfig, root: int, gen):
         if cfg.mode == "tree":
-            return self.draft.tree(root, cfg.top_k, cfg.tree_depth, cfg.total_tokens)
+            tree = self.draft.tree(root, cfg.top_k, cfg.tree_depth, cfg.total_tokens)
+            if self._lookup_len(cfg):
+                from .lookup import merge_branch, propose
+
+                merge_branch(tree, propose(self._prompt + self._out_ids, self._lookup_len(cfg)))
+            return tree
         sampler = None
         if cfg.temperature > 0:
             def sampler(logits):
@@ -238,6 +251,7 @@ class SpecEngine:
 
     def _spec_step(self, cfg: SpecConfig, gen, out: _Output, m: Metrics) -> None:
         t0 = time.perf_counter()
+        self._out_ids = out.ids
         tree = self._make_draft(cfg, out.ids[-1], gen)
         t1 = time.perf_counter()
         dev = self.target.device

@@ -1,6 +1,6 @@
 """Per-request and aggregated speculative-decoding metrics.
 
-Definitions (conventions.md §5):
+Definitions (docs/conventions.md §4):
 
 * tau (acceptance length) = accepted draft tokens + 1 bonus, per verify step,
   averaged over verify steps (vLLM convention). The prefill token is not a

@@ -1,0 +1,78 @@
+"""Initialise a drafter from its target instead of from noise.
+
+Why: on a CPU budget the drafter sees well under a million training tokens.
+Most of its parameters (the draft head, the final norm, a decoder layer) have
+a pretrained counterpart in the target, and starting from those saves the
+steps a random init spends rediscovering them.
+
+Levels (``init``):
+
+* ``random``: the official layout, nothing copied (only the frozen embedding).
+* ``head``: lm_head rows of the draft vocab and the final norm from the target.
+* ``target``: ``head`` plus the EAGLE decoder layer from the target's first layer
+  *after* the deepest captured point (the layer the features skip), and fc
+  starting as a selection of that deepest slot. At step 0 the drafter then
+  computes the target's next layer on the target's own features; training only
+  has to learn the shift to the next position and the embedding input.
+
+This is a weight-name mapping from a transformers Llama-style decoder layer to
+the drafter's layout, kept out of the model code on purpose.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .model import Eagle3Drafter
+
+INITS = ("random", "head", "target")
+
+
+def _layer_index(point: str) -> int | None:
+    parts = point.split(".")
+    return int(parts[1]) if len(parts) == 3 and parts[0] == "layers" and parts[2] == "out" else None
+
+
+@torch.no_grad()
+def init_head(model: Eagle3Drafter, head_weight: torch.Tensor, final_norm: torch.Tensor) -> None:
+    """Draft lm_head = the target head's rows of the draft vocab; norm = the target's final norm."""
+    ids = model.draft_target_ids().to(head_weight.device)
+    model.lm_head.weight.copy_(head_weight[ids].to(model.lm_head.weight))
+    model.norm.weight.copy_(final_norm.to(model.norm.weight))
+
+
+@torch.no_grad()
+def init_from_target_layer(model: Eagle3Drafter, target_model, points: list[str], deepest_scale: float) -> int:
+    """Copy the target layer after the deepest captured point into the EAGLE layer; returns its index.
+
+    The EAGLE layer's q/k/v read cat(embed, hidden) [2H]: the hidden half gets
+    the target's projections and the embedding half starts at zero, so at init
+    the layer is exactly the target's layer applied to the deepest slot.
+    ``deepest_scale`` is the typical norm/sqrt(H) of that slot: with ``fc_norm``
+    the slot arrives normalised, and the fc selection restores its scale so
+    the residual stream has the magnitude the copied layer expects.
+    """
+    layers = target_model.base_model.layers
+    depths = [d for d in (_layer_index(p) for p in points) if d is not None]
+    if not depths or max(depths) + 1 >= len(layers):
+        raise ValueError(f"no target layer after the deepest captured point of {points}")
+    src_idx = max(depths) + 1
+    src, dst = layers[src_idx], model.decoder_layers[0]
+    h = model.config.hidden_size
+    for name in ("q_proj", "k_proj", "v_proj"):
+        w = getattr(dst.self_attn, name).weight  # [out, 2H], embed half first
+        w.zero_()
+        w[:, h:].copy_(getattr(src.self_attn, name).weight.to(w))
+    dst.self_attn.o_proj.weight.copy_(src.self_attn.o_proj.weight.to(dst.self_attn.o_proj.weight))
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        getattr(dst.mlp, name).weight.copy_(getattr(src.mlp, name).weight.to(getattr(dst.mlp, name).weight))
+    dst.hidden_norm.weight.copy_(src.input_layernorm.weight.to(dst.hidden_norm.weight))
+    dst.input_layernorm.weight.fill_(1.0)
+    dst.post_attention_layernorm.weight.copy_(src.post_attention_layernorm.weight.to(dst.post_attention_layernorm.weight))
+    slot = points.index(f"layers.{max(depths)}.out")
+    fc = model.fc.weight  # [H, A*Ht]
+    ht = model.config.target_hidden_size
+    fc.zero_()
+    scale = deepest_scale if model.config.fc_norm else 1.0
+    fc[:, slot * ht:(slot + 1) * ht].copy_(torch.eye(h, ht) * scale)
+    return src_idx

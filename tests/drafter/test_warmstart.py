@@ -1,0 +1,55 @@
+"""Warm start from the target: checked against transformers' own hidden states."""
+
+from __future__ import annotations
+
+import torch
+
+from eaglewire.drafter import DrafterConfig, Eagle3Drafter, causal_mask
+from eaglewire.drafter.warmstart import init_from_target_layer, init_head
+
+
+def _drafter(target, points, fc_norm=False):
+    cfg = DrafterConfig.from_target_config(target.config, draft_vocab_size=64, num_aux=len(points), fc_norm=fc_norm)
+    m = Eagle3Drafter(cfg)
+    m.load_target_embedding(target.model.get_input_embeddings().weight.detach().float())
+    m.set_draft_vocab(torch.arange(0, 128, 2))
+    return m.eval()
+
+
+def _hidden_states(target, ids):
+    with torch.no_grad():
+        return target.model(ids, output_hidden_states=True).hidden_states  # index k = output of layer k-1
+
+
+def test_target_init_step0_is_the_next_target_layer(tiny_targets):
+    t = tiny_targets["llama"]
+    n = t.num_layers
+    # deepest point n-3: the copied layer is n-2, whose output transformers reports as hidden_states[n-1]
+    # (hidden_states[n] is after the final norm)
+    points = ["layers.0.out", f"layers.{n - 3}.out"]
+    torch.manual_seed(0)
+    ids = torch.randint(3, t.config.vocab_size, (1, 12))
+    hs = _hidden_states(t, ids)
+    feats = torch.cat([hs[int(p.split(".")[1]) + 1] for p in points], -1)  # [1, T, 3H]
+    for fc_norm in (False, True):
+        m = _drafter(t, points, fc_norm)
+        scale = float(hs[n - 2][0, 1:].pow(2).mean(-1).sqrt().median())
+        src = init_from_target_layer(m, t.model, points, scale)
+        assert src == n - 2
+        if fc_norm:  # the selection restores the scale: compare at the typical-norm positions only
+            continue
+        T = ids.shape[1]
+        out, _ = m.step(ids, m.project(feats), torch.arange(T)[None], None, causal_mask(T))
+        # the drafter's layer on the deepest slot == the target's next layer
+        torch.testing.assert_close(out, hs[n - 1], rtol=1e-4, atol=1e-4)
+
+
+def test_head_init_gives_the_target_logits_on_draft_rows(tiny_targets):
+    t = tiny_targets["llama"]
+    m = _drafter(t, ["layers.0.out"])
+    init_head(m, t.model.get_output_embeddings().weight.detach().float(), t.model.base_model.norm.weight.detach().float())
+    x = torch.randn(2, 5, t.hidden_size) * 3  # [B, T, H] a last-layer residual
+    with torch.no_grad():
+        ref = t.model.lm_head(t.model.base_model.norm(x))[..., m.draft_target_ids()]  # [B, T, D]
+        got = m.logits(x)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
