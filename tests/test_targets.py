@@ -18,8 +18,12 @@ def test_tiny_targets_have_chat_template_and_generate(tiny_targets, arch):
     assert t.tokenizer.chat_template
     ids = t.tokenizer.apply_chat_template([{"role": "user", "content": "Hello there"}], add_generation_prompt=True,
                                           return_dict=True, return_tensors="pt")["input_ids"]
-    out = t.model.generate(ids, max_new_tokens=4, do_sample=False)
-    assert out.shape[1] == ids.shape[1] + 4 or t.eos_ids()
+    out = t.model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=t.eos_ids(),
+                           pad_token_id=t.eos_ids()[0])
+    new = out[0, ids.shape[1]:].tolist()
+    # 4 new tokens, or fewer only because the last one is an end-of-turn token
+    assert len(new) == 4 or (1 <= len(new) < 4 and new[-1] in t.eos_ids()), new
+    assert t.eos_ids() and all(0 <= e < t.vocab_size for e in t.eos_ids())
 
 
 def test_tiny_is_deterministic(tmp_path):

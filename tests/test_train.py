@@ -160,3 +160,37 @@ def test_numeric_options_are_validated_before_any_work(tiny_dataset, tmp_path, b
     with pytest.raises(EaglewireError, match=match):
         run_train(_cfg(tiny_dataset, tmp_path / "v", **bad))
     assert not (tmp_path / "v").exists()
+
+
+def test_a_resumed_run_reads_the_same_samples_in_the_same_order(tiny_dataset, tmp_path, monkeypatch):
+    """The data order is a pure function of (seed, step): an interrupted and resumed run consumes the
+    exact sample sequence of an uninterrupted one, across an epoch boundary."""
+    import eaglewire.train as tr
+
+    orig = tr.train_step
+    seen: list[list[int]] = []
+
+    def logging_step(model, opt, ds, ids, *a, **kw):
+        seen.append(list(ids))
+        return orig(model, opt, ds, ids, *a, **kw)
+
+    monkeypatch.setattr(tr, "train_step", logging_step)
+    steps = 2 * (21 // 4) + 2  # 21 training samples, 4 per step: crosses into a third epoch
+    run_train(_cfg(tiny_dataset, tmp_path / "a", max_steps=steps, save_every=1))
+    full, seen[:] = list(seen), []
+
+    class Stop(Exception):
+        pass
+
+    def stopping_step(model, opt, ds, ids, *a, **kw):
+        if len(seen) == 7:
+            raise Stop  # "killed" after 7 completed (and saved) steps
+        return logging_step(model, opt, ds, ids, *a, **kw)
+
+    monkeypatch.setattr(tr, "train_step", stopping_step)
+    with pytest.raises(Stop):
+        run_train(_cfg(tiny_dataset, tmp_path / "b", max_steps=steps, save_every=1))
+    monkeypatch.setattr(tr, "train_step", logging_step)
+    run_train(_cfg(tiny_dataset, tmp_path / "b", max_steps=steps, save_every=1, resume=True))
+    assert seen == full and len(full) == steps
+    assert len({tuple(s) for s in full[:5]}) == 5  # not one batch repeated

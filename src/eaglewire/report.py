@@ -97,11 +97,11 @@ def _prediction_rows(log: dict) -> list[list[str]]:
     """Offline (doctor, held-out split) vs serving (bench, held-out prompts) chain tau."""
     rows = []
     for r in log.get("doctor", {}).get("reports", []):
-        off = (r.get("data") or {}).get("offline")
+        off = r.get("offline")  # Report.to_dict spreads its data at the top level
         if r.get("command") == "drafter" and off:
             serve = (log.get("bench", {}).get("methods", {}).get("eaglewire_chain") or {}).get("tau")
             err = f"{(off['tau_chain'] - serve) / serve:+.1%}" if serve else "-"
-            rows.append([f"chain depth {off['depth']}", f"{off['tau_chain']:.2f}", (r.get("data") or {}).get("split", "-"),
+            rows.append([f"chain depth {off['depth']}", f"{off['tau_chain']:.2f}", r.get("split", "-"),
                          f"{serve:.2f}" if serve else "-", err,
                          " ".join(f"{a:.3f}" for a in off["acc"])])
     return rows

@@ -6,9 +6,11 @@ Exactness choices:
   the data. Each micro-batch contributes sum-of-CE / N_global, so gradient
   accumulation and DDP (gradients averaged over ranks, hence x world size)
   give the same update as one process with the whole batch;
-- the sample order is a seeded permutation per epoch and everything that
-  decides the trajectory (model, optimizer, scheduler, RNG, step) is in the
-  resumable state, so a killed and resumed run follows the same losses.
+- the sample order is a pure function of (seed, step) (a seeded permutation
+  per epoch) and the drafter has no dropout, so no RNG state is needed:
+  model, optimizer and step are the resumable state, and a killed and resumed
+  run reads the same samples in the same order and follows the same losses
+  (both tested).
 """
 
 from __future__ import annotations
@@ -373,6 +375,15 @@ def run_train(cfg: TrainConfig) -> dict:
     dd = Dist(device)
     if dd.world > 1 and device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    if not dd.main:  # rank 0 alone writes the run directory (and holds its lock)
+        return _run_train(cfg, device, dd)
+    from .locks import dir_lock
+
+    with dir_lock(cfg.out, "train"):
+        return _run_train(cfg, device, dd)
+
+
+def _run_train(cfg: TrainConfig, device, dd: Dist) -> dict:
     if cfg.resume:
         _check_resume_config(cfg)
     elif (cfg.out / "state").exists() or (cfg.out / "drafter").exists():

@@ -47,3 +47,67 @@ def test_build_reports_skips_and_refuses_malformed(tmp_path):
     bad.write_text('{"prompt": "ok"}\n{"prompt": oops}\n')
     r = _cli("data", "build", "--target", "tiny:qwen3", "--prompts", str(bad), "--out", str(tmp_path / "x"), "--device", "cpu")
     assert r.returncode == 2 and f"{bad}:2" in r.stderr and "Traceback" not in r.stderr
+
+
+def _hinted_command(stderr: str) -> list[str]:
+    """The `eaglewire ...` command a message tells the user to run, split into argv."""
+    import re
+    import shlex
+
+    m = re.search(r"`(eaglewire [^`]+)`", stderr)
+    assert m, stderr
+    return shlex.split(m.group(1))[1:]
+
+
+def _features(d):
+    from eaglewire.data.dataset import FeatureDataset
+
+    ds = FeatureDataset(d)
+    import torch
+
+    by_index = {}
+    for k, sh in enumerate(ds.manifest["shards"]):
+        for j, idx in enumerate(sh["indices"]):
+            by_index[idx] = ds[ds._starts[k] + j]["features"].to(torch.float32)
+    return by_index
+
+
+def test_bad_or_missing_shards_are_re_extracted_by_following_the_hint(tiny_dataset, tmp_path):
+    import shutil
+
+    import torch
+
+    d = tmp_path / "ds"
+    shutil.copytree(tiny_dataset, d)
+    (d / ".eaglewire.lock").unlink(missing_ok=True)
+    ref = _features(d)
+    assert len(list(d.glob("shard-*.safetensors"))) >= 3
+    for damage in ("delete", "flip", "truncate"):
+        victim = sorted(d.glob("shard-*.safetensors"))[1]  # a repaired shard takes the next free number
+        if damage == "delete":
+            victim.unlink()
+        else:
+            data = bytearray(victim.read_bytes())
+            if damage == "flip":
+                data[len(data) // 2] ^= 0xFF
+                victim.write_bytes(bytes(data))
+            else:
+                victim.write_bytes(bytes(data[: len(data) // 3]))
+        r = _cli("data", "info", str(d))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        fix = _cli(*_hinted_command(r.stderr))  # word for word
+        assert fix.returncode == 0, (damage, fix.stderr)
+        assert "re-extracting the samples of 1 bad shard" in fix.stdout + fix.stderr
+        got = _features(d)  # verifies every checksum on open
+        assert set(got) == set(ref)
+        for i in ref:
+            torch.testing.assert_close(got[i], ref[i])
+    # `data build --resume` repairs too instead of dying on the missing file
+    victim = sorted(d.glob("shard-*.safetensors"))[0]
+    victim.unlink()
+    prompts = tmp_path / "unused.jsonl"
+    prompts.write_text('{"prompt": "x"}\n')
+    r = _cli("data", "build", "--out", str(d), "--target", "tiny:llama", "--prompts", str(prompts), "--resume",
+             "--device", "cpu", "--vocab-size", "200", "--json")
+    assert r.returncode == 0, r.stderr
+    assert set(_features(d)) == set(ref)

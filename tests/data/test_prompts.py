@@ -62,6 +62,13 @@ def test_bad_line_names_file_and_line(tmp_path, bad, msg):
     assert f"{p}:3" in str(e.value)
 
 
+def test_not_utf8_names_file_line_and_byte(tmp_path):
+    p = tmp_path / "latin1.jsonl"
+    p.write_bytes(b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(EaglewireError, match=r"latin1.jsonl:2: not UTF-8 \(byte 0xe9 at column 16\)"):
+        load_prompts(p)
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(EaglewireError, match="does not exist"):
         load_prompts(tmp_path / "nope.jsonl")

@@ -85,3 +85,26 @@ def test_bench_cli(tiny_targets, llama_ckpt, tmp_path):
         <= max(c["eaglewire_tree"]["tau"] for c in d["categories"].values())
     for f in ("bench.json", "bench.md", "bench.png"):
         assert (tmp_path / "b" / f).is_file()
+
+
+def test_round_robin_spans_every_category():
+    from eaglewire.spec.cli import _round_robin
+
+    cats = ["a", "a", "a", "b", "b", "c"]
+    assert _round_robin(3, cats) == [0, 3, 5]
+    assert _round_robin(4, cats) == [0, 1, 3, 5]
+    assert _round_robin(10, cats) == list(range(6))
+
+
+def test_auto_shape_picks_the_fastest_measured_shape(tiny_targets, llama_ckpt):
+    from eaglewire.spec.bench import auto_shape
+    from eaglewire.spec.compat import load_drafter_for
+    from eaglewire.spec.engine import SpecConfig, SpecEngine
+
+    t = tiny_targets["llama"]
+    drafter, points, _ = load_drafter_for(t, llama_ckpt)
+    ids = [SpecEngine(t).encode("Tell me a story.")]
+    res = auto_shape(t, drafter, points, ids, 8, SpecConfig(), shapes=((2, 2, 5), (3, 3, 8)))
+    assert len(res["shapes"]) == 2
+    assert res["best"] == max(res["shapes"], key=lambda r: r["speedup_vs_plain"])
+    assert all(r["tau"] is not None and r["tau"] >= 1 for r in res["shapes"])

@@ -119,6 +119,21 @@ def _collect_prompts(cfg, target) -> tuple[list, dict]:
     return convs, counts
 
 
+def _locked(fn):
+    """Run a data stage holding its dataset directory's write lock (re-entrant for `data build`)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(cfg, *args, **kwargs):
+        from ..locks import dir_lock
+
+        d = getattr(cfg, "out", None) or cfg.data
+        with dir_lock(d, f"data {fn.__name__.removeprefix('run_')}"):
+            return fn(cfg, *args, **kwargs)
+    return wrapper
+
+
+@_locked
 def run_generate(cfg, target=None) -> dict:
     from .generate import GenSettings, generate_responses
 
@@ -140,6 +155,29 @@ def run_generate(cfg, target=None) -> dict:
     return res
 
 
+def _settings_from_manifest(cfg):
+    """On --resume, options left at their defaults take the dataset's recorded values.
+
+    So `eaglewire data extract DIR --resume`, the command our error messages
+    print, continues or repairs a dataset exactly as it was made.
+    """
+    import dataclasses
+
+    man_path = cfg.data / "manifest.json"
+    if not (cfg.resume and man_path.is_file()):
+        return cfg
+    man = json.loads(man_path.read_text())
+    ex = man.get("extract") or {}
+    recorded = {"target": (man.get("target") or {}).get("spec"), "points": ex.get("points"),
+                "store_dtype": ex.get("dtype"), "batch_tokens": ex.get("batch_tokens"),
+                "max_seq_len": ex.get("max_seq_len"), "shard_samples": ex.get("shard_samples")}
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(cfg) if f.name in recorded}
+    upd = {k: v for k, v in recorded.items() if v is not None and getattr(cfg, k) == defaults[k]}
+    return dataclasses.replace(cfg, **upd)
+
+
+@_locked
 def run_extract(cfg, target=None) -> dict:
     from ..points import eagle3_default
     from .extract import ExtractSettings, extract
@@ -148,6 +186,7 @@ def run_extract(cfg, target=None) -> dict:
     rows = [r for r in read_jsonl(cfg.data / RESPONSES) if "messages" in r]
     if not rows:
         raise EaglewireError(f"{cfg.data / RESPONSES}: no responses (run `eaglewire data generate` first)")
+    cfg = _settings_from_manifest(cfg)
     target = target or _load(cfg)
     names = [n for p in cfg.points for n in p.split(",") if n] or [p.name for p in eagle3_default(target.num_layers)]
     gen_cfg = cfg.data / "generate.config.json"
@@ -168,6 +207,7 @@ def auto_vocab_size(vocab: int) -> int:
     return min(8192, vocab)
 
 
+@_locked
 def run_vocab(cfg) -> dict:
     from .dataset import FeatureDataset
     from .manifest import read_manifest, write_json_atomic
@@ -188,6 +228,14 @@ def run_vocab(cfg) -> dict:
     return man["vocab"]
 
 
+def _complete_and_intact(d: Path) -> bool:
+    from .extract import shard_problem
+
+    man = json.loads((d / "manifest.json").read_text())
+    return bool(man.get("complete")) and not any(shard_problem(d, e) for e in man["shards"])
+
+
+@_locked
 def run_build(cfg: BuildConfig) -> dict:
     from ..config import config_from_dict
 
@@ -200,7 +248,7 @@ def run_build(cfg: BuildConfig) -> dict:
     ex = {k: getattr(cfg, k) for k in ExtractConfig.__dataclass_fields__ if k != "data"}
     ecfg = config_from_dict(ExtractConfig, {**ex, "data": cfg.out})
     man_path = cfg.out / "manifest.json"
-    if not (man_path.exists() and json.loads(man_path.read_text()).get("complete")):
+    if not (man_path.exists() and _complete_and_intact(cfg.out)):
         res["extract"] = run_extract(ecfg, target)
     res["vocab"] = run_vocab(VocabConfig(data=cfg.out, size=cfg.vocab_size))
     save_config(cfg, cfg.out / "build.config.json")

@@ -131,6 +131,40 @@ def _write_shard(out_dir: Path, k: int, buf: list, sdtype) -> dict:
             "bytes": (out_dir / name).stat().st_size, "sha256": file_sha256(out_dir / name)}
 
 
+def shard_problem(out_dir: Path, entry: dict) -> str | None:
+    """Why a listed shard cannot be trusted (missing, wrong size, checksum), or None when it is intact."""
+    p = out_dir / entry["file"]
+    if not p.is_file():
+        return "missing"
+    if p.stat().st_size != entry["bytes"]:
+        return f"{p.stat().st_size} bytes, manifest says {entry['bytes']}"
+    if file_sha256(p) != entry["sha256"]:
+        return "checksum mismatch"
+    return None
+
+
+def _drop_bad_shards(out_dir: Path, man: dict) -> list[str]:
+    """Remove missing/corrupt shards from the manifest (their samples get re-extracted); recount the rest."""
+    from safetensors import safe_open
+
+    bad = [(e, why) for e in man["shards"] if (why := shard_problem(out_dir, e))]
+    if not bad:
+        return []
+    for e, _ in bad:
+        (out_dir / e["file"]).unlink(missing_ok=True)
+    man["shards"] = [e for e in man["shards"] if e not in [b[0] for b in bad]]
+    for k in ("num_samples", "num_tokens", "num_loss_tokens"):
+        man[k] = sum(e[k] for e in man["shards"])
+    stats = _NormStats(man["points"]["names"])
+    for e in man["shards"]:  # norm statistics over the intact shards only
+        with safe_open(str(out_dir / e["file"]), framework="pt") as f:
+            stats.add(f.get_tensor("features"))
+    man["norm_stats"] = stats.as_list()
+    man["complete"] = False
+    write_json_atomic(out_dir / MANIFEST, man)
+    return [f"{e['file']} ({why})" for e, why in bad]
+
+
 def _prepare_out(out_dir: Path, man: dict, resume: bool) -> set[int]:
     out_dir.mkdir(parents=True, exist_ok=True)
     if (out_dir / MANIFEST).exists():
@@ -140,6 +174,9 @@ def _prepare_out(out_dir: Path, man: dict, resume: bool) -> set[int]:
         _check_resume(old, man, out_dir)
         man.update({k: old[k] for k in ("shards", "num_samples", "num_tokens", "num_loss_tokens")})
         man["norm_stats"] = old.get("norm_stats")
+        redo = _drop_bad_shards(out_dir, man)
+        if redo:
+            print(f"[extract] re-extracting the samples of {len(redo)} bad shard(s): {', '.join(redo)}", flush=True)
     listed = {s["file"] for s in man["shards"]}
     for p in out_dir.glob("shard-*.safetensors"):
         if p.name not in listed:  # written after the last manifest update: redo it
@@ -181,6 +218,11 @@ def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: di
     if buf:
         _flush(out_dir, man, buf, sdtype, stats)
     bar.close()
+    stored = [i for e in man["shards"] for i in e["indices"]]
+    want = done | {it[0] for it in items}
+    if len(stored) != len(set(stored)) or set(stored) != want:
+        raise EaglewireError(f"{out_dir}: the shards hold {len(set(stored))} distinct samples ({len(stored)} entries) "
+                             f"where {len(want)} were expected; the manifest is left incomplete (run with --resume)")
     man["complete"] = True
     man["extract_tokens_per_s"] = ntok / max(time.perf_counter() - t0, 1e-9)
     write_json_atomic(out_dir / MANIFEST, man)
@@ -207,7 +249,9 @@ def _forward(target, batch: list, pts: list[Point]) -> list[tuple[torch.Tensor, 
 def _flush(out_dir: Path, man: dict, buf: list, sdtype, stats: _NormStats) -> None:
     for b in buf:  # only what is on disk counts, so a resumed run never counts a sample twice
         stats.add(b[3])
-    entry = _write_shard(out_dir, len(man["shards"]), buf, sdtype)
+    # the next free number: after a bad shard was dropped, len(shards) may name an existing file
+    k = 1 + max((int(e["file"][6:11]) for e in man["shards"]), default=-1)
+    entry = _write_shard(out_dir, k, buf, sdtype)
     man["shards"].append(entry)
     man["num_samples"] += entry["num_samples"]
     man["num_tokens"] += entry["num_tokens"]

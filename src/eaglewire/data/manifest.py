@@ -51,8 +51,11 @@ def verify_shards(d: Path, m: dict) -> None:
     for s in m["shards"]:
         p = Path(d) / s["file"]
         if not p.is_file():
-            raise EaglewireError(f"{p}: shard listed in the manifest is missing")
+            raise EaglewireError(f"{p}: shard listed in the manifest is missing "
+                                 f"(run `eaglewire data extract {d} --resume`: bad or missing shards are re-extracted)")
         if p.stat().st_size != s["bytes"]:
-            raise EaglewireError(f"{p}: truncated or changed ({p.stat().st_size} bytes, manifest says {s['bytes']})")
+            raise EaglewireError(f"{p}: truncated or changed ({p.stat().st_size} bytes, manifest says {s['bytes']}); "
+                                 f"run `eaglewire data extract {d} --resume` to re-extract it")
         if file_sha256(p) != s["sha256"]:
-            raise EaglewireError(f"{p}: checksum mismatch (corrupt shard; re-extract with --resume after deleting it)")
+            raise EaglewireError(f"{p}: checksum mismatch (corrupt shard); "
+                                 f"run `eaglewire data extract {d} --resume` to re-extract it")

@@ -94,8 +94,13 @@ def load_prompts(path) -> list[Conversation]:
     if not p.is_file():
         raise EaglewireError(f"{p}: prompt file does not exist")
     out = []
-    with open(p, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(p, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise EaglewireError(f"{p}:{n}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                                     "expected a UTF-8 JSONL file") from None
             if not line.strip():
                 continue
             try:

@@ -120,7 +120,7 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
     return res
 
 
-SHAPES = ((2, 3, 7), (3, 4, 10), (2, 5, 10), (3, 5, 12), (4, 5, 16), (3, 6, 16), (4, 6, 20))
+SHAPES = ((2, 2, 5), (3, 2, 7), (2, 3, 7), (3, 3, 8), (3, 4, 10), (4, 3, 10), (3, 5, 12))  # (top_k, depth, total)
 
 
 def auto_shape(target, drafter, points, prompts: list[list[int]], max_new: int, cfg: SpecConfig,

@@ -13,25 +13,11 @@ for x[0..n-2]; the drafter has real entries for t = 0..n-2, see draft.py):
    accepted nodes, from the target's features of exactly those tokens, with
    the next tokens (accepted path + bonus) as inputs.
 
-Defaults for this machine (2-core CPU, SmolLM2-135M default target, fp32),
-from ``benchmarks/bench_spec.py --threads 1`` (200-token context, medians;
-the machine was shared, so compare ratios):
-
-* decode step (transformers forward, full logits) 56.7 ms. Verify of N
-  tokens, transformers with full logits: N=4 88, N=8 129, N=16 126, N=32 181,
-  N=64 287 ms. eaglewire (oneDNN-prepacked linears for 2..64 rows, lm_head
-  only on the <= 6 rows the walk needs): N=4 54 (0.95x a decode step),
-  N=8 61 (1.07x), N=16 77 (1.37x), N=32 123 (2.2x), N=64 197 ms.
-* drafter (H=576, one layer, 32k draft vocab): a step 2.4 ms at T=1..4; the
-  draft head 7-13 ms unpacked, ~5 ms prepacked: the head dominates drafting,
-  so every tree level costs ~0.1 decode step.
-* so verify width is nearly free up to ~8-10 tokens and costs ~0.4 decode
-  step more at 16, while EAGLE-2's GPU shape (60 tokens, depth 7-8) would
-  cost 3.5x a decode step per round. Chain depth 4 (5 tokens per verify,
-  ~1.4 decode steps per round with drafting) and a tree of top_k 3, depth 4,
-  10 tokens (~1.6 decode steps per round) break even at tau ~1.4-1.6 and
-  reach ~1.8-1.9x at the tau ~2.8-3 a well-trained EAGLE-3 drafter gives at
-  these depths. Larger shapes only pay off with a GPU (give them explicitly).
+Why the defaults (chain depth 4; tree top_k 3, depth 4, 10 tokens): on a
+CPU, verifying up to ~10 tokens costs about one decode step and every draft
+level about a tenth of one, so small trees pay off; GPU shapes (60 tokens,
+depth 7-8) would cost several decode steps per round here. Measured figures
+and the commands that produce them: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
