@@ -18,7 +18,7 @@ from pathlib import Path
 from .errors import EaglewireError
 
 LOCK_NAME = ".eaglewire.lock"
-_held: dict[str, tuple[int, int]] = {}  # resolved dir -> (fd, depth)
+_held: set[str] = set()  # resolved dirs this process holds
 
 
 @contextmanager
@@ -27,14 +27,8 @@ def dir_lock(d: Path, what: str):
     d = Path(d)
     d.mkdir(parents=True, exist_ok=True)
     key = str(d.resolve())
-    if key in _held:
-        fd, depth = _held[key]
-        _held[key] = (fd, depth + 1)
-        try:
-            yield
-        finally:
-            fd, depth = _held[key]
-            _held[key] = (fd, depth - 1)
+    if key in _held:  # re-entered: the outermost holder releases
+        yield
         return
     fd = os.open(d / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -46,10 +40,10 @@ def dir_lock(d: Path, what: str):
                              f"wait for it to finish or choose another output directory ({what})") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    _held[key] = (fd, 1)
+    _held.add(key)
     try:
         yield
     finally:
-        del _held[key]
+        _held.discard(key)
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)

@@ -8,6 +8,8 @@ import html
 import json
 from pathlib import Path
 
+from .spec.bench import fmt_ratio
+
 
 def _plot_training(run: Path, out: Path) -> Path | None:
     import matplotlib
@@ -64,18 +66,11 @@ def _export_cmds(run: Path) -> list[tuple[str, str]]:
     ]
 
 
-def _x(m: dict, key: str) -> str:
-    if m.get(key) is None:
-        return "-"
-    sp = m.get(key + "_spread") or {}
-    return f"{m[key]:.2f}x" + (f" ({sp['min']:.2f}-{sp['max']:.2f})" if sp.get("n", 1) > 1 else "")
-
-
 def _bench_rows(bench: dict) -> list[list[str]]:
     rows = []
     for name, m in bench.get("methods", {}).items():
         pp = (m.get("accept_per_position") or {}).get("cumulative") or []
-        rows.append([name, f"{m['tokens_per_s']:.1f}", _x(m, "speedup"), _x(m, "speedup_vs_plain"),
+        rows.append([name, f"{m['tokens_per_s']:.1f}", fmt_ratio(m, "speedup"), fmt_ratio(m, "speedup_vs_plain"),
                      f"{m['tau']:.2f}" if m.get("tau") else "-", " ".join(f"{x:.2f}" for x in pp) or "-",
                      str(m.get("differ_from_baseline", "-"))])
     return rows

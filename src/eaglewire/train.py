@@ -32,6 +32,7 @@ from .data.dataset import FeatureDataset, collate
 from .drafter import DrafterConfig, Eagle3Drafter
 from .drafter.checkpoint import load_state, save_checkpoint
 from .drafter.ttt import target_full_argmax, ttt_forward
+from .drafter.warmstart import INITS, deepest_layer_slot, init_from_target_layer, init_head
 from .errors import EaglewireError
 
 _STEP_DELAY = float(os.environ.get("EAGLEWIRE_STEP_DELAY", "0"))  # lets crash tests kill a real run
@@ -65,7 +66,7 @@ class TrainConfig:
     fc_norm: bool = opt(False, "per-slot RMSNorm on the fc input")
     init: str = opt("random", "drafter init: random, head (lm_head rows + final norm from the target), "
                     "target (head + the decoder layer after the deepest captured point, fc selecting that slot)",
-                    choices=("random", "head", "target"))
+                    choices=INITS)
     freeze_head: bool = opt(False, "keep lm_head fixed (use with --init head/target): fewer trained weights, faster steps")
     eval_every: int = opt(0, "validate every N steps (0 = at the end of each epoch and of training)", ge=0)
     save_every: int = opt(50, "save resumable state every N steps", ge=1)
@@ -132,10 +133,6 @@ def global_batch(train_idx: list[int], step: int, per_step: int, seed: int) -> l
 
 
 def build_drafter(cfg: TrainConfig, target, manifest: dict, vocab_ids: torch.Tensor, ds=None) -> Eagle3Drafter:
-    from .drafter.warmstart import INITS, init_from_target_layer, init_head
-
-    if cfg.init not in INITS:
-        raise EaglewireError(f"--init {cfg.init!r}: expected one of {', '.join(INITS)}")
     torch.manual_seed(cfg.seed)
     names = manifest["points"]["names"]
     dcfg = DrafterConfig.from_target_config(
@@ -148,7 +145,8 @@ def build_drafter(cfg: TrainConfig, target, manifest: dict, vocab_ids: torch.Ten
         init_head(model, target.model.get_output_embeddings().weight.detach().float().cpu(),
                   target.model.base_model.norm.weight.detach().float().cpu())
     if cfg.init == "target":
-        init_from_target_layer(model, target.model, names, _deepest_slot_scale(ds, names) if ds is not None else 1.0)
+        scale = _deepest_slot_scale(ds, names) if cfg.fc_norm and ds is not None else 1.0  # only fc_norm needs it
+        init_from_target_layer(model, target.model, names, scale)
     if cfg.freeze_head:
         model.lm_head.weight.requires_grad_(False)
     return model
@@ -156,7 +154,7 @@ def build_drafter(cfg: TrainConfig, target, manifest: dict, vocab_ids: torch.Ten
 
 def _deepest_slot_scale(ds, names: list[str]) -> float:
     """Median RMS of the deepest captured slot over a few samples (position 0's massive activation excluded)."""
-    slot = max(range(len(names)), key=lambda j: int(names[j].split(".")[1]) if names[j].startswith("layers.") else -1)
+    slot = deepest_layer_slot(names)
     rms = [ds[i]["features"][1:, slot].float().pow(2).mean(-1).sqrt() for i in range(min(8, len(ds)))]
     return float(torch.cat(rms).median())
 
@@ -465,7 +463,7 @@ def _loop(cfg, model, opt, ds, train_idx, val_idx, head_w, dd, device, log, star
 
 def _check_skipped(cfg: TrainConfig, skipped: int, total: int) -> None:
     """A run that trained on (almost) nothing must not end as a success with a drafter written."""
-    if total == 0 or skipped >= total:
+    if skipped >= total:  # total >= 1: run_train refuses a run of no steps up front
         raise EaglewireError(f"{cfg.data}: no optimizer step was taken ({skipped} of {total} steps skipped for "
                              "non-finite features or gradients); no drafter written")
     if skipped / total > cfg.max_skipped_fraction:

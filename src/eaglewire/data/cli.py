@@ -229,7 +229,7 @@ def run_vocab(cfg) -> dict:
 
 
 def _complete_and_intact(d: Path) -> bool:
-    from .extract import shard_problem
+    from .manifest import shard_problem
 
     man = json.loads((d / "manifest.json").read_text())
     return bool(man.get("complete")) and not any(shard_problem(d, e) for e in man["shards"])

@@ -24,7 +24,14 @@ from ..device import _DTYPES
 from ..errors import EaglewireError
 from ..points import FINAL_NORM, Point, id_lists
 from ..targets import chat_template_hash, target_fingerprint
-from .manifest import FORMAT_VERSION, MANIFEST, file_sha256, read_manifest, write_json_atomic
+from .manifest import (
+    FORMAT_VERSION,
+    MANIFEST,
+    file_sha256,
+    read_manifest,
+    shard_problem,
+    write_json_atomic,
+)
 
 _SHARD_DELAY = float(os.environ.get("EAGLEWIRE_SHARD_DELAY", "0"))
 
@@ -129,18 +136,6 @@ def _write_shard(out_dir: Path, k: int, buf: list, sdtype) -> dict:
     return {"file": name, "num_samples": len(buf), "num_tokens": int(ids.numel()),
             "num_loss_tokens": int(tensors["loss_mask"].sum()), "indices": [b[0] for b in buf],
             "bytes": (out_dir / name).stat().st_size, "sha256": file_sha256(out_dir / name)}
-
-
-def shard_problem(out_dir: Path, entry: dict) -> str | None:
-    """Why a listed shard cannot be trusted (missing, wrong size, checksum), or None when it is intact."""
-    p = out_dir / entry["file"]
-    if not p.is_file():
-        return "missing"
-    if p.stat().st_size != entry["bytes"]:
-        return f"{p.stat().st_size} bytes, manifest says {entry['bytes']}"
-    if file_sha256(p) != entry["sha256"]:
-        return "checksum mismatch"
-    return None
 
 
 def _drop_bad_shards(out_dir: Path, man: dict) -> list[str]:

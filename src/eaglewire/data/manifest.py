@@ -46,16 +46,22 @@ def manifest_hash(d: Path) -> str:
     return file_sha256(Path(d) / MANIFEST)[:16]
 
 
+def shard_problem(d: Path, entry: dict) -> str | None:
+    """Why a listed shard cannot be trusted (missing, wrong size, checksum), or None when it is intact."""
+    p = Path(d) / entry["file"]
+    if not p.is_file():
+        return "missing"
+    if p.stat().st_size != entry["bytes"]:
+        return f"truncated or changed ({p.stat().st_size} bytes, manifest says {entry['bytes']})"
+    if file_sha256(p) != entry["sha256"]:
+        return "checksum mismatch (corrupt shard)"
+    return None
+
+
 def verify_shards(d: Path, m: dict) -> None:
     """Raise naming the first shard whose bytes differ from the manifest's checksum."""
     for s in m["shards"]:
-        p = Path(d) / s["file"]
-        if not p.is_file():
-            raise EaglewireError(f"{p}: shard listed in the manifest is missing "
-                                 f"(run `eaglewire data extract {d} --resume`: bad or missing shards are re-extracted)")
-        if p.stat().st_size != s["bytes"]:
-            raise EaglewireError(f"{p}: truncated or changed ({p.stat().st_size} bytes, manifest says {s['bytes']}); "
-                                 f"run `eaglewire data extract {d} --resume` to re-extract it")
-        if file_sha256(p) != s["sha256"]:
-            raise EaglewireError(f"{p}: checksum mismatch (corrupt shard); "
-                                 f"run `eaglewire data extract {d} --resume` to re-extract it")
+        why = shard_problem(d, s)
+        if why:
+            raise EaglewireError(f"{Path(d) / s['file']}: {why}; run `eaglewire data extract {d} --resume` "
+                                 "(bad or missing shards are re-extracted)")

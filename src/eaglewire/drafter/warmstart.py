@@ -23,14 +23,19 @@ from __future__ import annotations
 
 import torch
 
+from ..points import Point
 from .model import Eagle3Drafter
 
 INITS = ("random", "head", "target")
 
 
-def _layer_index(point: str) -> int | None:
-    parts = point.split(".")
-    return int(parts[1]) if len(parts) == 3 and parts[0] == "layers" and parts[2] == "out" else None
+def deepest_layer_slot(points: list[str]) -> int:
+    """Index of the deepest ``layers.{k}.out`` point among the captured ones."""
+    parsed = [Point.parse(p) for p in points]
+    slots = [j for j, p in enumerate(parsed) if p.kind == "layer"]
+    if not slots:
+        raise ValueError(f"no layers.{{k}}.out point among {points}")
+    return max(slots, key=lambda j: parsed[j].layer)
 
 
 @torch.no_grad()
@@ -53,10 +58,10 @@ def init_from_target_layer(model: Eagle3Drafter, target_model, points: list[str]
     the residual stream has the magnitude the copied layer expects.
     """
     layers = target_model.base_model.layers
-    depths = [d for d in (_layer_index(p) for p in points) if d is not None]
-    if not depths or max(depths) + 1 >= len(layers):
+    slot = deepest_layer_slot(points)
+    src_idx = Point.parse(points[slot]).layer + 1
+    if src_idx >= len(layers):
         raise ValueError(f"no target layer after the deepest captured point of {points}")
-    src_idx = max(depths) + 1
     src, dst = layers[src_idx], model.decoder_layers[0]
     h = model.config.hidden_size
     for name in ("q_proj", "k_proj", "v_proj"):
@@ -69,7 +74,6 @@ def init_from_target_layer(model: Eagle3Drafter, target_model, points: list[str]
     dst.hidden_norm.weight.copy_(src.input_layernorm.weight.to(dst.hidden_norm.weight))
     dst.input_layernorm.weight.fill_(1.0)
     dst.post_attention_layernorm.weight.copy_(src.post_attention_layernorm.weight.to(dst.post_attention_layernorm.weight))
-    slot = points.index(f"layers.{max(depths)}.out")
     fc = model.fc.weight  # [H, A*Ht]
     ht = model.config.target_hidden_size
     fc.zero_()

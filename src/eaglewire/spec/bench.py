@@ -189,7 +189,10 @@ def _per_category(methods, secs, ntok, metrics, categories: list[str], repeats: 
     return out
 
 
-def _fmt_spread(row: dict, key: str) -> str:
+def fmt_ratio(row: dict, key: str) -> str:
+    """``1.23x``, with ``(min-max)`` over repeats when there were several; ``-`` when absent."""
+    if row.get(key) is None:
+        return "-"
     sp = row.get(key + "_spread")
     v = f"{row[key]:.2f}x"
     return v + (f" ({sp['min']:.2f}-{sp['max']:.2f})" if sp and sp["n"] > 1 else "")
@@ -203,8 +206,7 @@ def markdown(res: dict) -> str:
     for m, r in res["methods"].items():
         tau = f"{r['tau']:.2f}" if r.get("tau") else "-"
         acc = ", ".join(f"{a:.2f}" for a in r["accept_per_position"]["cumulative"]) if r.get("accept_per_position") else "-"
-        vp = _fmt_spread(r, "speedup_vs_plain") if "speedup_vs_plain" in r else "-"
-        lines.append(f"| {m} | {r['tokens_per_s']:.2f} | {_fmt_spread(r, 'speedup')} | {vp} | {tau} | {acc} | "
+        lines.append(f"| {m} | {r['tokens_per_s']:.2f} | {fmt_ratio(r, 'speedup')} | {fmt_ratio(r, 'speedup_vs_plain')} | {tau} | {acc} | "
                      f"{r['differ_from_baseline']} |")
     for k, v in res.items():
         if k.startswith("plain_vs_"):

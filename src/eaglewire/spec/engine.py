@@ -220,13 +220,15 @@ class SpecEngine:
     def _lookup_len(cfg: SpecConfig) -> int:
         return cfg.lookup if cfg.temperature == 0 and cfg.mode != "plain" else 0
 
-    def _make_draft(self, cfg: SpecConfig, root: int, gen):
+    def _make_draft(self, cfg: SpecConfig, committed: list[int], gen):
+        """Draft rooted at the last committed token; ``committed`` = generated ids so far."""
+        root = committed[-1]
         if cfg.mode == "tree":
             tree = self.draft.tree(root, cfg.top_k, cfg.tree_depth, cfg.total_tokens)
             if self._lookup_len(cfg):
                 from .lookup import merge_branch, propose
 
-                merge_branch(tree, propose(self._prompt + self._out_ids, self._lookup_len(cfg)))
+                merge_branch(tree, propose(self._prompt + committed, self._lookup_len(cfg)))
             return tree
         sampler = None
         if cfg.temperature > 0:
@@ -237,8 +239,7 @@ class SpecEngine:
 
     def _spec_step(self, cfg: SpecConfig, gen, out: _Output, m: Metrics) -> None:
         t0 = time.perf_counter()
-        self._out_ids = out.ids
-        tree = self._make_draft(cfg, out.ids[-1], gen)
+        tree = self._make_draft(cfg, out.ids, gen)
         t1 = time.perf_counter()
         dev = self.target.device
         x = torch.tensor([tree.all_tokens], device=dev)  # [1, N+1]
