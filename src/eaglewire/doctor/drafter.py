@@ -70,17 +70,17 @@ def chain_stats(model, ds, head_w, num_samples: int, depth: int, d2t_mode: str =
             "samples": len(idx)}
 
 
-def heldout_indices(prov: dict, data_dir, ds) -> tuple[list[int], str]:
-    """Samples the drafter never trained on, and a sentence saying which split that is."""
+def heldout_indices(prov: dict, data_dir, ds) -> tuple[list[int], str, bool]:
+    """Samples to evaluate, a sentence saying which split that is, and whether the drafter never trained on them."""
     from ..data.manifest import manifest_hash
 
     split = prov.get("split") or {}
     trained_sha = split.get("dataset_manifest_sha") or (prov.get("dataset") or {}).get("manifest_sha")
     if trained_sha is None or trained_sha != manifest_hash(data_dir):
-        return list(range(len(ds))), "all samples (a dataset other than the training one)"
+        return list(range(len(ds))), "all samples (a dataset other than the training one)", True
     if split.get("val_indices") and split.get("num_samples") == len(ds):
-        return list(split["val_indices"]), f"the held-out validation split recorded in the run ({len(split['val_indices'])} samples)"
-    return list(range(len(ds))), "TRAINING samples (the run records no held-out split): expect an optimistic tau"
+        return list(split["val_indices"]), f"the held-out validation split recorded in the run ({len(split['val_indices'])} samples)", True
+    return list(range(len(ds))), "TRAINING samples (the run records no held-out split): expect an optimistic tau", False
 
 
 def doctor_drafter(model, prov: dict, data_dir, head_w: torch.Tensor, num_samples: int = 64, depth: int = 4) -> Report:
@@ -93,11 +93,11 @@ def doctor_drafter(model, prov: dict, data_dir, head_w: torch.Tensor, num_sample
     rep.add("points", same or not trained or not stored,
             f"drafter trained on {trained}, dataset holds {stored}",
             "evaluate on a dataset captured at the drafter's points")
-    idx, which = heldout_indices(prov, data_dir, ds)
+    idx, which, held_out = heldout_indices(prov, data_dir, ds)
     good = chain_stats(model, ds, head_w, num_samples, depth, "offsets", idx)
     as_ids = chain_stats(model, ds, head_w, num_samples, depth, "ids", idx)
     rep.data.update(offline=good, d2t_as_ids=as_ids, split=which)
-    rep.add("split", not which.startswith("TRAINING"), f"evaluated on {which}",
+    rep.add("split", held_out, f"evaluated on {which}",
             "train with --val-fraction > 0, or give a dataset the drafter never saw", level="warning")
     rep.add("accuracy", good["acc"][0] >= 0.2, "acc per depth " + " ".join(f"{a:.3f}" for a in good["acc"]),
             "the drafter predicts the target poorly: train longer, or check `doctor dataset` / the points")
