@@ -76,6 +76,29 @@ def bench_generate(t, n: int, max_new: int, batch: int) -> dict:
     return res
 
 
+def bench_generate_kernels(t, n: int, max_new: int, batch: int, rounds: int = 2) -> dict:
+    """Plain transformers ``generate`` vs ours (prepacked linears + in-place KV cache), same batches, interleaved."""
+    from eaglewire.data.generate import left_pad
+
+    prompts = [encode_prompt(t.tokenizer, [{"role": "user", "content": PROMPTS[i % len(PROMPTS)] + f" ({i})"}])
+               for i in range(n)]
+    s = GenSettings(max_new_tokens=max_new, temperature=0.0)
+    secs = {"transformers": 0.0, "eaglewire": 0.0}
+    for _ in range(rounds):
+        for i in range(0, n, batch):
+            chunk = prompts[i:i + batch]
+            ids, mask = left_pad(chunk, t.tokenizer.pad_token_id)
+            t0 = time.perf_counter()
+            t.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False,
+                             eos_token_id=t.eos_ids(), pad_token_id=t.tokenizer.pad_token_id)
+            t1 = time.perf_counter()
+            generate_batch(t, chunk, s, seed=0)
+            secs["transformers"] += t1 - t0
+            secs["eaglewire"] += time.perf_counter() - t1
+    return {"batch": batch, "prompts": n, "max_new_tokens": max_new, "seconds": secs,
+            "ratio_eaglewire_vs_transformers": secs["transformers"] / secs["eaglewire"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--target", default="default")
@@ -83,11 +106,14 @@ def main() -> None:
     ap.add_argument("--gen-prompts", type=int, default=16)
     ap.add_argument("--gen-tokens", type=int, default=32)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--kernels-batch", type=int, default=64, help="batch for the generate-kernels comparison (0 = skip)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     t = load_target(a.target)
     out = {"target": a.target, "threads": torch.get_num_threads(), "extract": bench_extract(t, a.samples),
            "generate": bench_generate(t, a.gen_prompts, a.gen_tokens, a.batch)}
+    if a.kernels_batch:
+        out["generate_kernels"] = bench_generate_kernels(t, a.kernels_batch, 96, a.kernels_batch)
     if a.json:
         print(json.dumps(out, indent=2))
         return
@@ -96,6 +122,11 @@ def main() -> None:
           f"end-to-end extract {e['extract_end_to_end_tok_s']:.0f} tok/s -> ratio {e['ratio_extract_vs_bare']:.2f} (goal >= 0.85)")
     print(f"generation: batch 1 {g['batch_1_tok_s']:.1f} tok/s, batch {a.batch} {g[f'batch_{a.batch}_tok_s']:.1f} tok/s "
           f"-> {g['ratio_batched_vs_1']:.1f}x")
+    if "generate_kernels" in out:
+        k = out["generate_kernels"]
+        print(f"generation kernels at batch {k['batch']}: transformers generate {k['seconds']['transformers']:.1f} s, "
+              f"eaglewire (prepacked linears + in-place KV cache) {k['seconds']['eaglewire']:.1f} s "
+              f"-> {k['ratio_eaglewire_vs_transformers']:.2f}x")
 
 
 if __name__ == "__main__":

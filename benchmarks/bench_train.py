@@ -58,17 +58,15 @@ from types import SimpleNamespace
 
 import torch
 
-try:
-    import eaglewire  # noqa: F401
-except ImportError:  # running from a checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # a checkout without installing; test support
 
-from eaglewire.data.cli import auto_vocab_size
-from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-from eaglewire.drafter.ttt import prepare_targets, ttt_forward
-from eaglewire.export.speculators_venv import ensure_speculators_venv
-from eaglewire.targets import load_target
-from eaglewire.train import _micro_batch_loss
+from eaglewire.data.pipeline import auto_vocab_size  # noqa: E402
+from eaglewire.drafter import DrafterConfig, Eagle3Drafter  # noqa: E402
+from eaglewire.drafter.ttt import prepare_targets, ttt_forward  # noqa: E402
+from eaglewire.targets import load_target  # noqa: E402
+from eaglewire.train import _micro_batch_loss  # noqa: E402
+from support.speculators_venv import ensure_speculators_venv  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

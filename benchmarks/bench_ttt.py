@@ -33,13 +33,12 @@ from pathlib import Path
 
 import torch
 
-try:
-    from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-    from eaglewire.drafter.ttt import ttt_forward, ttt_forward_blockmask, ttt_forward_naive
-except ImportError:  # running from a checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-    from eaglewire.drafter.ttt import ttt_forward, ttt_forward_blockmask, ttt_forward_naive
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # a checkout without installing; test support
+
+from eaglewire.drafter import DrafterConfig, Eagle3Drafter  # noqa: E402
+from eaglewire.drafter.ttt import ttt_forward, ttt_forward_naive  # noqa: E402
+from support.ttt_blockmask import ttt_forward_blockmask  # noqa: E402
 
 PRESETS = {
     # hidden, heads, kv heads, head_dim, intermediate, vocab, draft vocab, target hidden, batch

@@ -6,7 +6,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # the package; tests/support
 
 ARCHS = ["llama", "qwen3", "mistral", "deepseek_v3"]
 
@@ -37,24 +37,18 @@ USER_PROMPTS = [
 
 def build_tiny_dataset(root, arch="llama", n=24, max_new_tokens=24, vocab_size=200, store_dtype="fp32"):
     """A real (regenerated + extracted + vocab) dataset on a tiny target, for stage tests."""
-    from eaglewire.data.cli import (
-        ExtractConfig,
-        GenerateConfig,
-        VocabConfig,
-        run_extract,
-        run_generate,
-        run_vocab,
-    )
+    from eaglewire.data.config import DataExtractConfig, DataGenerateConfig, DataVocabConfig
+    from eaglewire.data.pipeline import run_extract, run_generate, run_vocab
 
     prompts = root / "prompts.in.jsonl"
     import json
 
     prompts.write_text("".join(json.dumps({"prompt": f"{USER_PROMPTS[i % len(USER_PROMPTS)]} ({i})"}) + "\n" for i in range(n)))
     out = root / "ds"
-    run_generate(GenerateConfig(out=out, target=f"tiny:{arch}", prompts=prompts, max_new_tokens=max_new_tokens,
+    run_generate(DataGenerateConfig(out=out, target=f"tiny:{arch}", prompts=prompts, max_new_tokens=max_new_tokens,
                                 batch_size=8, device="cpu"))
-    run_extract(ExtractConfig(data=out, target=f"tiny:{arch}", store_dtype=store_dtype, device="cpu", shard_samples=8))
-    run_vocab(VocabConfig(data=out, size=vocab_size))
+    run_extract(DataExtractConfig(data=out, target=f"tiny:{arch}", store_dtype=store_dtype, device="cpu", shard_samples=8))
+    run_vocab(DataVocabConfig(data=out, size=vocab_size))
     return out
 
 

@@ -44,14 +44,15 @@ def test_reentrant_in_one_process(tmp_path):
 
 
 def test_data_commands_take_the_lock(tmp_path):
-    from eaglewire.data.cli import GenerateConfig, run_generate
+    from eaglewire.data.config import DataGenerateConfig
+    from eaglewire.data.pipeline import run_generate
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "hi"}\n')
     p = _holder(tmp_path / "ds")
     try:
         with pytest.raises(EaglewireError, match=rf"PID {p.pid}"):
-            run_generate(GenerateConfig(out=tmp_path / "ds", target="tiny:llama", prompts=prompts, device="cpu"))
+            run_generate(DataGenerateConfig(out=tmp_path / "ds", target="tiny:llama", prompts=prompts, device="cpu"))
         assert not (tmp_path / "ds" / "responses.jsonl").exists()
     finally:
         p.send_signal(signal.SIGKILL)

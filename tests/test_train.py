@@ -64,7 +64,9 @@ def test_killed_run_resumes_on_the_same_trajectory(tiny_dataset, tmp_path):
         time.sleep(0.05)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    assert not (out / "drafter").exists()
+    killed_at = json.loads((out / "state" / "meta.json").read_text())["step"]
+    assert 6 <= killed_at < 12, f"killed at step {killed_at}: the test must kill mid-run, after step 6"
+    assert p.returncode == -signal.SIGKILL and not (out / "drafter").exists()
     r = subprocess.run(_train_cmd(tiny_dataset, out, ["--resume"]), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     a, b = _rows(ref), _rows(out)

@@ -163,7 +163,7 @@ def _register_stages() -> None:
     """Stage modules add their own commands (they import lazily inside `run`)."""
     import importlib
 
-    for mod in ("eaglewire.data.cli", "eaglewire.train", "eaglewire.spec.cli", "eaglewire.export.cli",
+    for mod in ("eaglewire.data.cli", "eaglewire.train", "eaglewire.decoding.cli", "eaglewire.export.cli",
                 "eaglewire.doctor.cli", "eaglewire.demo"):
         m = importlib.import_module(mod)
         m.register(app)

@@ -56,10 +56,11 @@ def _stage(run: Path, name: str, fn, log: dict):
 
 
 def _data(cfg: DemoConfig, p: dict, run: Path) -> dict:
-    from .data.cli import BuildConfig, run_build
+    from .data.config import DataBuildConfig
+    from .data.pipeline import run_build
 
     out = run / "data"
-    return run_build(BuildConfig(out=out, target=cfg.target, topic_prompts=p["topic_prompts"], self_prompts=p["self_prompts"],
+    return run_build(DataBuildConfig(out=out, target=cfg.target, topic_prompts=p["topic_prompts"], self_prompts=p["self_prompts"],
                                  self_prompt_tokens=p["prompt_tokens"], max_new_tokens=p["max_new_tokens"],
                                  batch_size=p["gen_batch"], seed=cfg.seed, device=cfg.device, resume=out.exists()))
 
@@ -93,7 +94,7 @@ def _doctor(cfg: DemoConfig, run: Path) -> dict:
 
 
 def _bench(cfg: DemoConfig, p: dict, run: Path) -> dict:
-    from .spec.cli import BenchConfig, bench_from_config
+    from .decoding.cli import BenchConfig, bench_from_config
 
     # the shipped held-out set (hand-written, never used to make training data), one category at a time
     return bench_from_config(BenchConfig(drafter=run / "train" / "drafter", target=cfg.target, max_prompts=p["bench_prompts"],

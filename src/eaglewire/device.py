@@ -39,6 +39,3 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         raise EaglewireError(f"--dtype {name!r}: expected one of auto, {', '.join(sorted(set(_DTYPES)))}")
     return _DTYPES[name]
 
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]

@@ -16,7 +16,6 @@ An engine that cannot capture a point gets `None` (JSON null), never a guess.
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass
 
 from .errors import EaglewireError
@@ -222,8 +221,3 @@ def sglang_version_warning(ids: list[int], num_layers: int) -> str | None:
         f"(no +1 when the first id is 1) captures {b}; pin the SGLang version you serve with"
     )
 
-
-def warn_sglang_versions(ids: list[int], num_layers: int) -> None:
-    msg = sglang_version_warning(ids, num_layers)
-    if msg:
-        warnings.warn(msg, stacklevel=2)

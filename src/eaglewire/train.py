@@ -16,9 +16,9 @@ Exactness choices:
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from .atomic import atomic_dir
 from .config import check_ranges, config_to_dict, opt, save_config
 from .data.dataset import FeatureDataset, collate
 from .drafter import DrafterConfig, Eagle3Drafter
@@ -289,19 +290,10 @@ class MetricsLog:
 def _save_state(out: Path, model, opt, step: int, extra: dict) -> None:
     from safetensors.torch import save_file
 
-    tmp = out / ".state.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-    torch.save(opt.state_dict(), tmp / "optimizer.pt")
-    (tmp / "meta.json").write_text(__import__("json").dumps({"step": step, **extra}))
-    old = out / ".state.old"
-    if (out / "state").exists():
-        (out / "state").rename(old)
-    tmp.rename(out / "state")
-    if old.exists():
-        shutil.rmtree(old)
+    with atomic_dir(out / "state") as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+        torch.save(opt.state_dict(), tmp / "optimizer.pt")
+        (tmp / "meta.json").write_text(json.dumps({"step": step, **extra}))
 
 
 def _load_state(out: Path, model, opt) -> dict:
@@ -332,7 +324,7 @@ def _check_resume_config(cfg: TrainConfig) -> None:
 def _setup(cfg: TrainConfig, device):
     from .data.manifest import manifest_hash
     from .data.vocab import load_vocab
-    from .targets import fingerprint_mismatch, load_target, target_fingerprint
+    from .targets import fingerprint_mismatch, load_target, recorded_source, target_fingerprint
 
     ds = FeatureDataset(cfg.data, max_len=cfg.max_len)
     man = ds.manifest
@@ -346,11 +338,11 @@ def _setup(cfg: TrainConfig, device):
     fp = man["target"].get("fingerprint") or {}
     if fp.get("unknown") and not cfg.target:
         raise EaglewireError(f"{cfg.data}: the dataset does not record which target made it (imported); pass --target")
-    spec = cfg.target or man["target"]["spec"]
-    target = load_target(spec, device="cpu")
+    source = cfg.target or recorded_source(man["target"])
+    target = load_target(source, device="cpu")
     diff = [] if fp.get("unknown") else fingerprint_mismatch(fp, target_fingerprint(target))
     if diff:
-        raise EaglewireError(f"{cfg.data}: dataset was made from another target than {spec!r} (fingerprint differs in {', '.join(diff)})")
+        raise EaglewireError(f"{cfg.data}: dataset was made from another target than {source!r} (fingerprint differs in {', '.join(diff)})")
     P, H = ds[0]["features"].shape[1:]
     if H != target.hidden_size or P != len(man["points"]["names"]):
         raise EaglewireError(f"{cfg.data}: features are [{P} x {H}] but the target has hidden size {target.hidden_size} "
@@ -359,7 +351,7 @@ def _setup(cfg: TrainConfig, device):
         vocab = load_vocab(cfg.data)
     except FileNotFoundError as e:
         raise EaglewireError(f"{cfg.data}: no draft vocab (run `eaglewire data vocab {cfg.data}`)") from e
-    prov = {"target": {"spec": spec, "fingerprint": target_fingerprint(target)},
+    prov = {"target": {"source": source, "fingerprint": target_fingerprint(target)},
             "target_fingerprint": target_fingerprint(target), "dataset": {"path": str(cfg.data), "manifest_sha": manifest_hash(cfg.data)},
             "chat_template_sha": man["chat_template_sha"], "vocab": man.get("vocab")}
     return ds, man, target, vocab, prov

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from eaglewire.data.cli import info
+from eaglewire.data.pipeline import info
 
 
 def _cli(*args):

@@ -4,14 +4,12 @@ import json
 
 import pytest
 
-from eaglewire.data.lossmask import encode, render
 from eaglewire.data.prompts import (
     Conversation,
     dedupe,
     load_prompts,
     prompt_turns,
     self_prompts,
-    truncate_or_skip,
 )
 from eaglewire.errors import EaglewireError
 
@@ -91,21 +89,6 @@ def test_prompt_turns_keeps_history_up_to_last_user():
     assert prompt_turns(Conversation(msgs)) == msgs[:4]
     with pytest.raises(EaglewireError):
         prompt_turns(Conversation([{"role": "assistant", "content": "a"}]))
-
-
-def test_truncate_or_skip(tiny_targets):
-    tok = tiny_targets["llama"].tokenizer
-    short = Conversation([{"role": "user", "content": "Hi"}])
-    long = Conversation([{"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 10}])
-    limit = 40
-    kept, counts = truncate_or_skip([short, long], tok, limit, policy="skip")
-    assert kept == [short] and counts == {"kept": 1, "skipped": 1, "truncated": 0}
-    kept, counts = truncate_or_skip([short, long], tok, limit, policy="truncate")
-    assert counts == {"kept": 2, "skipped": 0, "truncated": 1}
-    n = len(encode(tok, render(tok, kept[1].messages, True)))
-    assert n <= limit and long.messages[0]["content"].startswith(kept[1].messages[0]["content"])
-    with pytest.raises(EaglewireError, match="expected 'skip' or 'truncate'"):
-        truncate_or_skip([short], tok, limit, policy="cut")
 
 
 def test_self_prompts_unique_and_deterministic(tiny_targets):

@@ -6,7 +6,7 @@ import json
 import re
 
 from eaglewire.data.topic_prompts import TEMPLATES, topic_prompts
-from eaglewire.spec.cli import heldout_prompts_path
+from eaglewire.decoding.cli import heldout_prompts_path
 
 
 def _words(s: str) -> set[str]:

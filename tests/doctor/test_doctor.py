@@ -155,3 +155,32 @@ def test_offline_tau_uses_the_held_out_split_recorded_in_the_run(tiny_drafter, t
     old = {k: v for k, v in prov.items() if k != "split"}
     rep = doctor_drafter(model, old, data, head, num_samples=64)
     assert rep.data["split"].startswith("TRAINING") and not _check(rep, "split").ok
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "speculators"])
+def test_any_id_list_gets_a_verdict_per_id(tiny_drafter, tmp_path, engine):
+    """The seeds' wrong fix (-1 for the embedding) and an id past the last layer: a verdict, never a usage error."""
+    ckpt, _ = tiny_drafter
+    trained = read_provenance(ckpt)["points"]["names"]
+
+    def mutate(c):
+        if engine == "sglang":
+            c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 2, 30]
+        else:
+            c["eagle_aux_hidden_state_layer_ids"] = [-1, 2, 30]
+    d = _deploy(tmp_path, ckpt, mutate)
+    rep = doctor_config(d, engine, L, trained, None, None)
+    c = _check(rep, "ids capturable")
+    assert rep.failed and not c.ok
+    assert "-1 -> nothing" in c.detail and "30 -> nothing" in c.detail and "2 -> layers." in c.detail
+    assert c.fix.startswith("set ") and _check(rep, "points").ok is False
+
+
+def test_config_sizes_must_match_the_weights(tiny_drafter, tmp_path):
+    ckpt, _ = tiny_drafter
+    trained = read_provenance(ckpt)["points"]["names"]
+    d = _deploy(tmp_path, ckpt, lambda c: c.update(hidden_size=c["hidden_size"] * 2, intermediate_size=7))
+    rep = doctor_config(d, "sglang", L, trained, None, None)
+    c = _check(rep, "sizes")
+    assert rep.failed and not c.ok and "intermediate_size" in c.detail and "fc.weight" in c.detail
+    assert _check(doctor_config(ckpt, "sglang", L, trained, None, None), "sizes").ok

@@ -18,7 +18,7 @@ from eaglewire.drafter import (
 )
 from eaglewire.drafter import model as model_mod
 from eaglewire.drafter import ttt as ttt_mod
-from eaglewire.drafter.ttt import ttt_forward_blockmask
+from support.ttt_blockmask import ttt_forward_blockmask
 
 V, D, HT, A = 97, 50, 24, 3
 

@@ -6,13 +6,13 @@ import json
 
 import pytest
 import torch
-from export_helpers import L, draft_logits, make_ckpt
 from safetensors.torch import load_file, save_file
 
 from eaglewire.drafter.checkpoint import load_checkpoint
 from eaglewire.errors import EaglewireError
 from eaglewire.export.exporter import ExportConfig, run_export
 from eaglewire.export.importer import ImportConfig, run_import
+from support.export_helpers import L, draft_logits, make_ckpt
 
 
 @pytest.fixture

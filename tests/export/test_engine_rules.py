@@ -41,11 +41,11 @@ import json
 
 import pytest
 import torch
-from export_helpers import L, make_ckpt
 from safetensors.torch import load_file
 
 from eaglewire.export.exporter import ExportConfig, run_export
 from eaglewire.points import ids_for_points, parse_points
+from support.export_helpers import L, make_ckpt
 
 _STACK = [(".qkv_proj", ".q_proj"), (".qkv_proj", ".k_proj"), (".qkv_proj", ".v_proj"),
           (".gate_up_proj", ".gate_proj"), (".gate_up_proj", ".up_proj")]

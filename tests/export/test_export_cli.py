@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from export_helpers import make_ckpt
+from support.export_helpers import make_ckpt
 
 
 def _run(*args):

@@ -6,13 +6,13 @@ import json
 
 import pytest
 import torch
-from export_helpers import L, draft_logits, make_ckpt
 
 from eaglewire.drafter.checkpoint import load_checkpoint, read_provenance
 from eaglewire.errors import EaglewireError
 from eaglewire.export.exporter import ExportConfig, run_export
 from eaglewire.export.importer import ImportConfig, run_import
 from eaglewire.points import ids_for_points, parse_points
+from support.export_helpers import L, draft_logits, make_ckpt
 
 FORMATS = ["sglang", "vllm", "speculators", "eagle"]
 

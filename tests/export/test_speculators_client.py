@@ -1,7 +1,7 @@
 """Real client: our speculators export loaded by speculators 0.9.0's own Eagle3DraftModel.
 
 The package pins transformers<=5.19, so it runs in a separate venv under the
-eaglewire cache (eaglewire.export.speculators_venv, built once, reused). The
+eaglewire cache (tests/support/speculators_venv.py, built once, reused). The
 test skips only when that venv cannot be built (no package index reachable).
 """
 
@@ -11,13 +11,13 @@ import json
 
 import pytest
 import torch
-from export_helpers import L, make_ckpt
 from safetensors.torch import save_file
 
 from eaglewire.drafter import causal_mask
 from eaglewire.errors import EaglewireError
 from eaglewire.export.exporter import ExportConfig, run_export
 from eaglewire.points import parse_points
+from support.export_helpers import L, make_ckpt
 
 
 def _verifier_stub(d, m):
@@ -50,7 +50,7 @@ def _ours(m, feats, ids):
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["default", "custom_2layer_fcnorm"])
 def test_speculators_loads_export_and_matches_logits(tmp_path, variant):
-    from eaglewire.export.speculators_venv import speculators_logits
+    from support.speculators_venv import speculators_logits
 
     kw, pts = {}, None
     if variant != "default":

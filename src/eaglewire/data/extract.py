@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,17 +31,9 @@ from .manifest import (
     shard_problem,
     write_json_atomic,
 )
+from .settings import ExtractSettings
 
 _SHARD_DELAY = float(os.environ.get("EAGLEWIRE_SHARD_DELAY", "0"))
-
-
-@dataclass
-class ExtractSettings:
-    points: list[str]
-    dtype: str = "bf16"
-    batch_tokens: int = 4096
-    max_seq_len: int = 2048
-    shard_samples: int = 256
 
 
 def tokenize_rows(tokenizer, rows: list[dict], max_len: int) -> tuple[list, dict]:
@@ -99,7 +90,7 @@ class _NormStats:
 def _new_manifest(target, pts: list[Point], s: ExtractSettings, gen: dict) -> dict:
     return {
         "format": "eaglewire-features", "format_version": FORMAT_VERSION, "complete": False,
-        "target": {"spec": target.spec, "path": str(target.path), "fingerprint": target_fingerprint(target)},
+        "target": {"source": target.source, "path": str(target.path), "fingerprint": target_fingerprint(target)},
         "points": id_lists(pts, target.num_layers),
         "target_hidden": FINAL_NORM.name,
         "chat_template_sha": chat_template_hash(target.tokenizer),

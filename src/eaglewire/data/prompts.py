@@ -136,48 +136,6 @@ def prompt_turns(conv: Conversation) -> list[dict]:
     return [dict(m) for m in conv.messages[: last + 1]]
 
 
-def _truncate_last_user(tokenizer, msgs: list[dict], max_tokens: int) -> list[dict] | None:
-    """Cut the last user content so the rendered prompt fits, or None if it cannot."""
-    c_ids = encode(tokenizer, msgs[-1]["content"])
-    keep = max_tokens - (len(encode(tokenizer, render(tokenizer, msgs, True))) - len(c_ids))
-    for _ in range(8):  # re-tokenizing decoded text can shift boundaries; shrink until it fits
-        if keep <= 0:
-            return None
-        cut = [*msgs[:-1], {"role": "user", "content": tokenizer.decode(c_ids[:keep]).strip()}]
-        over = len(encode(tokenizer, render(tokenizer, cut, True))) - max_tokens
-        if cut[-1]["content"] and over <= 0:
-            return cut
-        keep -= max(over, 1)
-    return None
-
-
-def truncate_or_skip(convs: list[Conversation], tokenizer, max_tokens: int,
-                     policy: str = "skip") -> tuple[list[Conversation], dict]:
-    """Enforce a token limit on the rendered prompt (with generation header).
-
-    Policy "skip" drops long prompts; "truncate" cuts the last user turn's
-    content (earlier turns are untouched; if they alone exceed the limit the
-    conversation is skipped). Returns (kept, {"kept", "skipped", "truncated"}).
-    The limit applies to :func:`prompt_turns`, since that is what is fed to the target.
-    """
-    if policy not in ("skip", "truncate"):
-        raise EaglewireError(f"prompt length policy {policy!r}: expected 'skip' or 'truncate'")
-    kept, counts = [], {"kept": 0, "skipped": 0, "truncated": 0}
-    for c in convs:
-        msgs = prompt_turns(c)
-        if len(encode(tokenizer, render(tokenizer, msgs, True))) <= max_tokens:
-            kept.append(Conversation(msgs))
-            continue
-        cut = _truncate_last_user(tokenizer, msgs, max_tokens) if policy == "truncate" else None
-        if cut is None:
-            counts["skipped"] += 1
-        else:
-            counts["truncated"] += 1
-            kept.append(Conversation(cut))
-    counts["kept"] = len(kept)
-    return kept, counts
-
-
 @dataclass
 class SelfPromptCounts:
     """What happened to the sampled user turns (for the run log)."""

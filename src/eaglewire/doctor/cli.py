@@ -11,7 +11,7 @@ from ..config import build_command, opt
 
 
 @dataclass
-class DatasetCfg:
+class DoctorDatasetConfig:
     data: Path = opt(help="dataset directory (ours or imported)", arg=True)
     target: str = opt("", "target to recompute features with; default: the one in the manifest")
     samples: int = opt(4, "samples to check")
@@ -20,7 +20,7 @@ class DatasetCfg:
 
 
 @dataclass
-class DrafterCfg:
+class DoctorDrafterConfig:
     ckpt: Path = opt(help="drafter checkpoint (eaglewire) or training run directory", arg=True)
     data: Path = opt(help="dataset captured at the drafter's points")
     target: str = opt("", "target (for its lm_head); default: the drafter's provenance")
@@ -30,7 +30,7 @@ class DrafterCfg:
 
 
 @dataclass
-class ConfigCfg:
+class DoctorEngineConfig:
     drafter_dir: Path = opt(help="the draft model directory as deployed (config.json + weights)", arg=True)
     engine: str = opt("sglang", "engine that will serve it: sglang, vllm, speculators")
     engine_version: str = opt("classic", "sglang only: classic (+1 on every id) or new (no +1 when the first id is 1)")
@@ -40,45 +40,51 @@ class ConfigCfg:
     json: bool = opt(False, "print JSON")
 
 
-def resolve_ckpt(p: Path) -> Path:
-    from ..drafter.checkpoint import resolve_dir
+@dataclass
+class DoctorOnlineConfig:
+    drafter: Path = opt(help="drafter checkpoint or training run directory")
+    data: Path = opt(help="dataset the drafter was trained on (its prompts and features are the reference)")
+    target: str = opt("", "target; default: the drafter's provenance")
+    serve_ids: list[int] = opt(help="simulate serving with these ids (in --engine's meaning) instead of the trained points", factory=list)
+    engine: str = opt("vllm", "meaning of --serve-ids: hf, sglang, sglang-new, specforge, vllm, speculators")
+    samples: int = opt(4, "dataset samples to decode")
+    max_new_tokens: int = opt(48, "tokens to decode per sample")
+    json: bool = opt(False, "print JSON")
 
-    return resolve_dir(p)
 
-
-def run_dataset(cfg: DatasetCfg) -> None:
+def run_dataset(cfg: DoctorDatasetConfig) -> None:
     from ..data.manifest import read_manifest
     from ..device import resolve_device
-    from ..targets import load_target
+    from ..targets import load_target, recorded_source
     from .dataset import doctor_dataset
 
     man = read_manifest(cfg.data)
-    t = load_target(cfg.target or man["target"]["spec"], device=resolve_device(cfg.device))
+    t = load_target(cfg.target or recorded_source(man["target"]), device=resolve_device(cfg.device))
     rep = doctor_dataset(cfg.data, t, cfg.samples)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 
 
-def run_drafter(cfg: DrafterCfg) -> None:
-    from ..drafter.checkpoint import load_checkpoint
-    from ..targets import load_target
+def run_drafter(cfg: DoctorDrafterConfig) -> None:
+    from ..drafter.checkpoint import load_checkpoint, resolve_dir
+    from ..targets import load_target, recorded_source
     from .drafter import doctor_drafter
 
-    model, prov = load_checkpoint(resolve_ckpt(cfg.ckpt))
-    t = load_target(cfg.target or prov["target"]["spec"])
+    model, prov = load_checkpoint(resolve_dir(cfg.ckpt))
+    t = load_target(cfg.target or recorded_source(prov["target"]))
     head_w = t.model.get_output_embeddings().weight.detach().float()
     rep = doctor_drafter(model, prov, cfg.data, head_w, cfg.samples, cfg.depth)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 
 
-def run_config(cfg: ConfigCfg) -> None:
-    from ..drafter.checkpoint import read_provenance
+def run_config(cfg: DoctorEngineConfig) -> None:
+    from ..drafter.checkpoint import read_provenance, resolve_dir
     from ..targets import chat_template_hash, load_target
     from .config import doctor_config
 
     prov = {}
-    src = resolve_ckpt(cfg.trained_on) if cfg.trained_on else cfg.drafter_dir
+    src = resolve_dir(cfg.trained_on) if cfg.trained_on else cfg.drafter_dir
     if (src / "eaglewire.json").is_file():
         prov = read_provenance(src)
     elif (src / "eaglewire.export.json").is_file():  # an `eaglewire export` directory records its points
@@ -98,15 +104,25 @@ def run_config(cfg: ConfigCfg) -> None:
     raise typer.Exit(rep.exit_code())
 
 
+def run_online(cfg: DoctorOnlineConfig) -> None:
+    from ..drafter.checkpoint import load_checkpoint, resolve_dir
+    from ..points import points_from_ids
+    from ..targets import load_target, recorded_source
+    from .online import doctor_online
+
+    model, prov = load_checkpoint(resolve_dir(cfg.drafter))
+    t = load_target(cfg.target or recorded_source(prov["target"]))
+    serve = points_from_ids(cfg.serve_ids, cfg.engine, t.num_layers) if cfg.serve_ids else None
+    rep = doctor_online(t, model, prov, cfg.data, serve, cfg.samples, cfg.max_new_tokens)
+    rep.print(cfg.json)
+    raise typer.Exit(rep.exit_code())
+
+
 def register(app: typer.Typer) -> None:
     doc = typer.Typer(no_args_is_help=True, help="Find hidden-state wiring bugs: dataset slots, drafter, deployment config, online.")
-    build_command(doc, "dataset", DatasetCfg, run_dataset, "Identify which physical target tensor each stored feature slot holds.")
-    build_command(doc, "drafter", DrafterCfg, run_drafter, "Standalone drafter test: acc per TTT step, offline chain tau, d2t convention.")
-    build_command(doc, "config", ConfigCfg, run_config, "Which tensors will this engine feed the drafter? Compare with training and print the fix.")
-    try:
-        from .online import register_online
-
-        register_online(doc)
-    except ImportError:
-        pass
+    build_command(doc, "dataset", DoctorDatasetConfig, run_dataset, "Identify which physical target tensor each stored feature slot holds.")
+    build_command(doc, "drafter", DoctorDrafterConfig, run_drafter, "Standalone drafter test: acc per TTT step, offline chain tau, d2t convention.")
+    build_command(doc, "config", DoctorEngineConfig, run_config, "Which tensors will this engine feed the drafter? Compare with training and print the fix.")
+    build_command(doc, "online", DoctorOnlineConfig, run_online,
+                  "Run the engine on dataset prompts; compare the features the drafter gets with training, and online vs offline tau.")
     app.add_typer(doc, name="doctor")

@@ -36,11 +36,39 @@ def _is_eagle3(cfg: dict, engine: str) -> tuple[bool, str]:
     return False, f"architectures={arch!r}"
 
 
-def engine_points(cfg: dict, engine: str, L: int) -> tuple[list[Point], str, list[int] | None]:
+def _check_id_list(ids, key: str, path: Path) -> list[int]:
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise EaglewireError(f"{path}: {key} = {ids!r}: expected a list of integer layer ids")
+    return ids
+
+
+def id_meanings(ids: list[int], engine: str, L: int) -> list[str | None]:
+    """What each id captures in ``engine`` (a physical point name), or None where it captures nothing."""
+    out = []
+    for i in ids:
+        try:
+            out.append(points_from_ids([i], engine, L)[0].name)
+        except EaglewireError:
+            out.append(None)
+    return out
+
+
+def engine_points(cfg: dict, engine: str, L: int, path: Path = Path("config.json")
+                  ) -> tuple[list[Point], str, list[int] | None, list[str | None]]:
+    """(points fed, how the engine read them, the ids, per-id meaning; None where an id captures nothing)."""
     ids, key = _ids(cfg, engine)
     if ids is None:
-        return eagle3_default(L), f"{key} absent: {engine} falls back to its default HF [2, L//2, L-3]", None
-    return points_from_ids(list(ids), engine, L), f"{key} = {list(ids)}", list(ids)
+        return eagle3_default(L), f"{key} absent: {engine} falls back to its default HF [2, L//2, L-3]", None, []
+    ids = _check_id_list(ids, key, path)
+    if engine == "sglang-new":  # the +1 rule depends on the whole list, so convert it whole when it can be
+        try:
+            fed = points_from_ids(ids, engine, L)
+            return fed, f"{key} = {ids}", ids, [q.name for q in fed]
+        except EaglewireError:
+            pass
+    meaning = id_meanings(ids, engine, L)
+    fed = [Point.parse(m) for m in meaning if m is not None]
+    return fed, f"{key} = {ids}", ids, meaning
 
 
 def _fix_for(trained: list[Point], engine: str, L: int) -> str:
@@ -52,14 +80,59 @@ def _fix_for(trained: list[Point], engine: str, L: int) -> str:
     return f'set "{key.split(".")[-1]}": {ids} {where}'
 
 
+def _shape(shapes: dict, suffix: str) -> list[int] | None:
+    hits = [v for k, v in shapes.items() if k == suffix or k.endswith("." + suffix)]
+    return hits[0] if hits else None
+
+
+def _expected_shapes(cfg: dict) -> dict[str, tuple[str, int, int | None]]:
+    """Weight suffix -> (config field it follows, expected dim 0, expected dim 1 or None) from config.json."""
+    H, V = cfg.get("hidden_size"), cfg.get("vocab_size")
+    Vd = cfg.get("draft_vocab_size") or V
+    nh, nkv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
+    hd = cfg.get("head_dim") or (H // nh if H and nh else None)
+    Ht = cfg.get("target_hidden_size") or H
+    n_aux = len((cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+                or cfg.get("eagle_aux_hidden_state_layer_ids") or [0, 0, 0])
+    exp = {
+        "fc.weight": ("hidden_size, target_hidden_size x aux ids", H, Ht * n_aux if Ht else None),
+        "self_attn.q_proj.weight": ("num_attention_heads x head_dim", nh * hd if nh and hd else None, None),
+        "self_attn.k_proj.weight": ("num_key_value_heads x head_dim", nkv * hd if nkv and hd else None, None),
+        "mlp.up_proj.weight": ("intermediate_size, hidden_size", cfg.get("intermediate_size"), H),
+        "lm_head.weight": ("draft_vocab_size, hidden_size", Vd, H),
+        "embed_tokens.weight": ("vocab_size, hidden_size", V, H),
+        "d2t": ("draft_vocab_size", Vd, None),
+        "t2d": ("vocab_size", V, None),
+    }
+    return {k: v for k, v in exp.items() if v[1] is not None}
+
+
+def _check_shapes(cfg: dict, shapes: dict, rep: Report) -> None:
+    """Every config.json size the engine builds modules from must agree with the weights it then loads."""
+    bad = []
+    for suffix, (field, d0, d1) in _expected_shapes(cfg).items():
+        got = _shape(shapes, suffix)
+        if got is None:
+            continue
+        if got[0] != d0 or (d1 is not None and len(got) > 1 and got[1] != d1):
+            want = f"[{d0}, {d1}]" if d1 is not None else f"[{d0}, ...]"
+            bad.append(f"{suffix} is {got}, config.json ({field}) says {want}")
+    rep.add("sizes", not bad, "; ".join(bad) or "config.json sizes agree with every weight the engine loads",
+            "re-export the drafter so config.json and the weights come from one checkpoint")
+
+
 def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
     from safetensors import safe_open
 
     files = sorted(d.glob("*.safetensors"))
     if not files:
         return
-    with safe_open(str(files[0]), framework="pt") as f:
-        keys = set(f.keys())
+    shapes = {}
+    for fp in files:
+        with safe_open(str(fp), framework="pt") as f:
+            shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
+    keys = set(shapes)
+    _check_shapes(cfg, shapes, rep)
     vocab, draft = cfg.get("vocab_size"), cfg.get("draft_vocab_size")
     if draft and vocab and draft < vocab:
         rep.add("d2t", "d2t" in keys, "present" if "d2t" in keys else
@@ -76,7 +149,12 @@ def doctor_config(d: Path, engine: str, L: int | None, trained: list[str] | None
     p = Path(d) / "config.json"
     if not p.is_file():
         raise EaglewireError(f"{d}: no config.json (expected a draft model directory)")
-    cfg = json.loads(p.read_text())
+    try:
+        cfg = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise EaglewireError(f"{p}: not valid JSON ({e}); expected the draft model's config.json") from e
+    if not isinstance(cfg, dict):
+        raise EaglewireError(f"{p}: expected a JSON object, got {type(cfg).__name__}")
     if engine not in ENGINES:
         raise EaglewireError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if L is None:
@@ -84,8 +162,14 @@ def doctor_config(d: Path, engine: str, L: int | None, trained: list[str] | None
     e3, why = _is_eagle3(cfg, engine)
     rep.add("eagle3 head", e3, why, 'serve as EAGLE-3 (architectures ["LlamaForCausalLMEagle3"] / --speculative-algorithm EAGLE3); '
             "as EAGLE-1 the fc over the 3 target features is skipped and tau falls to ~1")
-    fed, how, ids = engine_points(cfg, engine, L)
-    rep.data.update(engine=engine, engine_reads=how, fed=[q.name for q in fed], trained=trained)
+    fed, how, ids, meaning = engine_points(cfg, engine, L, p)
+    rep.data.update(engine=engine, engine_reads=how, fed=[q.name for q in fed], trained=trained,
+                    id_meanings=dict(zip(map(str, ids or []), meaning)))
+    if ids is not None:
+        each = ", ".join(f"{i} -> {m or 'nothing (not a layer ' + engine + ' can capture with ' + str(L) + ' layers)'}"
+                         for i, m in zip(ids, meaning))
+        fix = _fix_for([Point.parse(n) for n in trained], engine, L) if trained else f"use ids {engine} can capture"
+        rep.add("ids capturable", None not in meaning, f"{engine} with {L} layers: {each}", fix)
     if engine.startswith("vllm") or engine == "speculators":
         nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         if nested is not None and cfg.get("eagle_aux_hidden_state_layer_ids") is None:

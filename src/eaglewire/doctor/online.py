@@ -11,13 +11,11 @@ Then it compares the online tau with the offline prediction of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..capture import capture
-from ..config import opt
 from ..data.dataset import FeatureDataset
 from ..points import parse_points
 from .dataset import MATCH_REL_ERR, all_points
@@ -50,7 +48,7 @@ def _name_slot(target, ids: torch.Tensor, online: torch.Tensor) -> str | None:
 
 
 def compare_sample(engine, target, item: dict, max_new_tokens: int, mode: str):
-    from ..spec.engine import SpecConfig
+    from ..decoding.engine import SpecConfig
 
     ids, mask = item["input_ids"], item["loss_mask"]
     a = int(mask.float().argmax()) if bool(mask.any()) else len(ids)
@@ -70,7 +68,7 @@ def compare_sample(engine, target, item: dict, max_new_tokens: int, mode: str):
 
 def doctor_online(target, drafter, prov: dict, data_dir: Path, serve_points=None, num_samples: int = 4,
                   max_new_tokens: int = 48, depth: int = 4) -> Report:
-    from ..spec.engine import SpecEngine
+    from ..decoding.engine import SpecEngine
 
     rep = Report("online")
     ds = FeatureDataset(data_dir, verify=False)
@@ -103,38 +101,3 @@ def doctor_online(target, drafter, prov: dict, data_dir: Path, serve_points=None
     rep.add("tau", close, f"online chain tau {tau if tau is None else round(tau, 2)} vs offline prediction {off['tau_chain']:.2f}{cause}",
             "fix the failing slots above" if cause.startswith(" - features differ") else "")
     return rep
-
-
-@dataclass
-class OnlineCfg:
-    drafter: Path = opt(help="drafter checkpoint or training run directory")
-    data: Path = opt(help="dataset the drafter was trained on (its prompts and features are the reference)")
-    target: str = opt("", "target; default: the drafter's provenance")
-    serve_ids: list[int] = opt(help="simulate serving with these ids (in --engine's meaning) instead of the trained points", factory=list)
-    engine: str = opt("vllm", "meaning of --serve-ids: hf, sglang, sglang-new, specforge, vllm, speculators")
-    samples: int = opt(4, "dataset samples to decode")
-    max_new_tokens: int = opt(48, "tokens to decode per sample")
-    json: bool = opt(False, "print JSON")
-
-
-def run_online(cfg: OnlineCfg) -> None:
-    import typer
-
-    from ..drafter.checkpoint import load_checkpoint
-    from ..points import points_from_ids
-    from ..targets import load_target
-    from .cli import resolve_ckpt
-
-    model, prov = load_checkpoint(resolve_ckpt(cfg.drafter))
-    t = load_target(cfg.target or prov["target"]["spec"])
-    serve = points_from_ids(cfg.serve_ids, cfg.engine, t.num_layers) if cfg.serve_ids else None
-    rep = doctor_online(t, model, prov, cfg.data, serve, cfg.samples, cfg.max_new_tokens)
-    rep.print(cfg.json)
-    raise typer.Exit(rep.exit_code())
-
-
-def register_online(doc) -> None:
-    from ..config import build_command
-
-    build_command(doc, "online", OnlineCfg, run_online,
-                  "Run the engine on dataset prompts; compare the features the drafter gets with training, and online vs offline tau.")

@@ -11,14 +11,13 @@ a missing or extra tensor is an error, never a silently random weight.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from ..atomic import atomic_dir
 from ..errors import EaglewireError
 from ..points import id_lists, parse_points
 from .config import DrafterConfig
@@ -52,23 +51,12 @@ def save_checkpoint(out: Path, model: Eagle3Drafter, points: list[str], num_laye
     pts = parse_points(points, num_layers)
     ids = id_lists(pts, num_layers)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         sd = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         save_file(sd, str(tmp / WEIGHTS), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(hf_config(model.config, ids["sglang"]), indent=2))
         prov = {"format": "eaglewire-drafter", "version": 1, "points": ids, "target_num_layers": num_layers, **provenance}
         (tmp / PROVENANCE).write_text(json.dumps(prov, indent=2, default=str))
-        old = out.with_name(f".{out.name}.old")
-        if out.exists():
-            out.rename(old)
-        tmp.rename(out)
-        if old.exists():
-            shutil.rmtree(old)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

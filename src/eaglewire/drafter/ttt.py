@@ -222,7 +222,8 @@ def ttt_forward(
 
     Each layer keeps a list of per-step K/V (never re-concatenated); step k
     attends causally to the step-0 keys and diagonally to steps 1..k, which is
-    exactly the block mask [causal | eye * k] of :func:`ttt_forward_blockmask`
+    exactly the block mask [causal | eye * k] of the previous implementation (kept as a
+    test reference in ``tests/support/ttt_blockmask.py``)
     without computing its (k+1)T masked keys. With right padding, causal
     attention never lets a real query see a pad key, so ``attention_mask``
     only enters the loss mask.
@@ -243,48 +244,6 @@ def ttt_forward(
         for layer_cache, kv in zip(cache, new_kv, strict=True):
             layer_cache.append(kv)
         loss_k, correct, count = _step_loss(model, hidden, tg, 1 + k)
-        out.record(decay**k, loss_k, correct, count)
-    return out
-
-
-def ttt_forward_blockmask(
-    model: Eagle3Drafter,
-    features: torch.Tensor,
-    input_ids: torch.Tensor,
-    target_hidden: torch.Tensor,
-    target_head_weight: torch.Tensor,
-    loss_mask: torch.Tensor | None = None,
-    attention_mask: torch.Tensor | None = None,
-    target_argmax: torch.Tensor | None = None,
-    steps: int = 7,
-    decay: float = 0.8,
-) -> TTTOutput:
-    """Block-mask TTT (the previous implementation), kept as a fast reference.
-
-    Step k's keys are appended to a cache holding steps 0..k-1 and one generic
-    ``model.step`` uses the block mask [causal | eye * k] over all (k+1)T keys.
-    """
-    loss_mask, attention_mask = _defaults(input_ids, loss_mask, attention_mask)
-    tg = prepare_targets(
-        model, target_hidden, target_head_weight, loss_mask, attention_mask, target_argmax
-    )
-    b, t = input_ids.shape
-    hidden = model.project(features)  # [B, T, H]
-    cache: list[KV] | None = None
-    out = TTTOutput(loss=hidden.new_zeros(()))
-    for k in range(steps):
-        tokens = _shift_left(input_ids, 1 + k)  # [B, T]: x[t+1+k]
-        pos = torch.arange(t, device=input_ids.device)[None] + k  # [1, T]
-        mask = ttt_attention_mask(t, k, device=input_ids.device)  # [1, 1, T, (k+1)T]
-        hidden, new_kv = model.step(tokens, hidden, pos, cache, mask)  # [B, T, H]
-        if cache is None:
-            cache = new_kv
-        else:
-            cache = [
-                (torch.cat([ck, nk], dim=2), torch.cat([cv, nv], dim=2))
-                for (ck, cv), (nk, nv) in zip(cache, new_kv, strict=True)
-            ]
-        loss_k, correct, count = _step_loss(model, hidden, tg, 1 + k, gather=False)
         out.record(decay**k, loss_k, correct, count)
     return out
 

@@ -1,4 +1,4 @@
-"""Commands of the export stage: `export`, `import`, and `data import` (registered under `data`).
+"""Commands of the export stage: `export` and `import` of drafters.
 
 Warnings (e.g. SGLang versions reading the written ids differently) go both
 into the JSON result and to stderr, so neither a script nor a person misses them.
@@ -38,17 +38,3 @@ def register(app) -> None:
                   "Export a drafter for SGLang/SpecForge, vLLM, speculators or the official EAGLE code.")
     build_command(app, "import", ImportConfig, imp,
                   "Import an SGLang/SpecForge, vLLM, speculators or official EAGLE drafter as an eaglewire checkpoint.")
-
-
-def register_data_import(data_app) -> None:
-    """`eaglewire data import`: lives with the other data commands."""
-    from ..config import build_command
-    from .foreign_data import DataImportConfig, run_data_import
-
-    def data_import(cfg: DataImportConfig) -> None:
-        r = run_data_import(cfg)
-        _print(r, cfg.json, f"imported {r['num_samples']} samples ({r['num_tokens']} tokens) from {r['format']} "
-                            f"into {r['out']}: points {r['points']}")
-
-    build_command(data_app, "import", DataImportConfig, data_import,
-                  "Import speculators hidden-state files or SpecForge offline captures as an eaglewire dataset.")

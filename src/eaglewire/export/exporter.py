@@ -9,13 +9,12 @@ two engines mean different tensors by the same integer.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from safetensors.torch import save_file
 
+from ..atomic import atomic_dir
 from ..config import opt
 from ..drafter.checkpoint import load_checkpoint
 from ..errors import EaglewireError
@@ -50,20 +49,12 @@ def _write_dir(out: Path, force: bool, files: dict) -> None:
     """Atomic: a temp dir renamed into place, so a failed export never leaves half a layout."""
     if out.exists() and not force:
         raise EaglewireError(f"--out {out}: already exists (pass --force to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         for name, content in files.items():
             if isinstance(content, dict) and name.endswith(".safetensors"):
                 save_file(content, str(tmp / name), metadata={"format": "pt"})
             else:
                 (tmp / name).write_text(json.dumps(content, indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_export(cfg: ExportConfig) -> dict:

@@ -199,7 +199,7 @@ def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
         notes.warnings.append(f"the checkpoint's embedding differs from target {cfg.target!r}'s: "
                               "it was likely trained for another target (or another dtype)")
     fp = target_fingerprint(t)
-    return t.num_layers, {"target": {"spec": cfg.target, "fingerprint": fp}, "target_fingerprint": fp,
+    return t.num_layers, {"target": {"source": cfg.target, "fingerprint": fp}, "target_fingerprint": fp,
                           "chat_template_sha": chat_template_hash(t.tokenizer)}
 
 

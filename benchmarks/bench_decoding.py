@@ -1,6 +1,6 @@
 """Microbenchmarks for speculative decoding on the default target (CPU).
 
-Usage: python benchmarks/bench_spec.py [--target default] [--context 200] [--repeats 5] [--json]
+Usage: python benchmarks/bench_decoding.py [--target default] [--context 200] [--repeats 5] [--json]
 
 Measures, against a KV cache of --context tokens:
 * decode step: transformers forward of 1 token with full logits (what
@@ -31,10 +31,10 @@ try:
 except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from eaglewire.decoding.target_runner import TargetRunner
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.model import causal_mask
 from eaglewire.points import eagle3_default
-from eaglewire.spec.target_runner import TargetRunner
 from eaglewire.targets import load_target
 
 SIZES = (1, 4, 8, 16, 32, 64)

@@ -56,12 +56,12 @@ def load_drafter_for(target, path: Path, force: bool = False):
     drafter, prov = load_checkpoint(Path(path), device=target.device, dtype=target.dtype)
     diffs, points = drafter_mismatches(target, drafter, prov)
     if diffs and not force:
-        raise EaglewireError(f"drafter {path} does not match target {target.spec!r}: " + "; ".join(diffs)
+        raise EaglewireError(f"drafter {path} does not match target {target.source!r}: " + "; ".join(diffs)
                              + " (use --force to run anyway)")
     for d in diffs:
         warnings.warn(f"drafter {path}: {d} (forced)", stacklevel=2)
     if points is None:
         raise EaglewireError(f"drafter {path}: cannot tell which target tensors to feed it (no usable capture points)")
     if drafter.config.vocab_size != target.vocab_size or target.hidden_size * len(points) != drafter.fc.in_features:
-        raise EaglewireError(f"drafter {path}: shapes cannot be wired to target {target.spec!r} even with --force")
+        raise EaglewireError(f"drafter {path}: shapes cannot be wired to target {target.source!r} even with --force")
     return drafter, points, prov

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import EaglewireError
+from eaglewire.errors import EaglewireError
 
 SPECULATORS_VERSION = "0.9.0"
 # Import-time requirements of speculators 0.9.0 (its METADATA, minus the
@@ -34,7 +34,7 @@ _READY = ".eaglewire-ready"
 
 
 def venv_dir() -> Path:
-    from ..targets import cache_dir
+    from eaglewire.targets import cache_dir
 
     return cache_dir() / "venvs" / f"speculators-{SPECULATORS_VERSION}"
 
@@ -101,5 +101,5 @@ def speculators_logits(export_dir: Path, features, input_ids, workdir: Path, tim
     return [got[f"logits_{k}"] for k in range(len(got))] if got else [torch.empty(0)]
 
 
-if __name__ == "__main__":  # `python -m eaglewire.export.speculators_venv` pre-builds it
+if __name__ == "__main__":  # `python -m tests.support.speculators_venv` pre-builds it
     print(ensure_speculators_venv())

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 import torch
 
 from conftest import PROMPTS
-from eaglewire.spec.engine import SpecConfig, SpecEngine
-from eaglewire.spec.tree import DraftTree
-from eaglewire.spec.verify import walk_sample, warp
+from eaglewire.decoding import verify as verify_mod
+from eaglewire.decoding.engine import SpecConfig, SpecEngine
+from eaglewire.decoding.tree import DraftTree
+from eaglewire.decoding.verify import walk_sample, warp
 
 V = 5
 
@@ -43,16 +45,16 @@ def _q_logits(prefix: tuple) -> torch.Tensor:
 
 
 def test_walk_sample_lossless_synthetic():
-    """Mixed tree: deterministic siblings, a sampled child (p), a second level."""
+    """Mixed tree: deterministic siblings, a child sampled from p (drawn anew each trial), a second level."""
     p_c = torch.tensor([0.1, 0.1, 0.6, 0.1, 0.1])
-    tree = DraftTree(root=4, tokens=[0, 1, 2, 0, 3], parents=[0, 0, 1, 2, 2],
-                     probs=[None, None, p_c, None, None])
-    paths = {0: (), 1: (0,), 2: (1,), 3: (0, 2), 4: (1, 0), 5: (1, 3)}
     temp, top_p = 1.0, 0.9
     gen = torch.Generator().manual_seed(0)
     n, counts = 20000, {}
     for _ in range(n):
-        path, bonus = walk_sample(tree, lambda i: _q_logits(paths[i]), temp, top_p, gen)
+        x = int(torch.multinomial(p_c, 1, generator=gen))  # a sampled draft is a draw from p
+        tree = DraftTree(root=4, tokens=[0, 1, x, 0, 3], parents=[0, 0, 1, 2, 2], probs=[None, None, p_c, None, None])
+        paths = {0: (), 1: (0,), 2: (1,), 3: (0, x), 4: (1, 0), 5: (1, 3)}
+        path, bonus = walk_sample(tree, lambda i, paths=paths: _q_logits(paths[i]), temp, top_p, gen)
         out = [tree.tokens[i - 1] for i in path] + [bonus]
         if len(out) < 2:  # the next round would sample from the target at the new prefix
             out.append(int(torch.multinomial(warp(_q_logits(tuple(out)), temp, top_p), 1, generator=gen)))
@@ -65,6 +67,52 @@ def test_walk_sample_lossless_synthetic():
         if p > 0:
             exact[(a, b)] = p
     assert chi2_pvalue(counts, exact, n) > 1e-3
+
+
+def _unnormalised_residual(q, x, p):
+    r = q.clone()
+    if p is None:
+        r[x] = 0.0
+    else:
+        r = (q - p).clamp_min(0.0)
+    return r if r.sum() > 0 else q
+
+
+def _one_hot_removal(q, x, p):
+    r = q.clone()
+    r[x] = 0.0
+    return r / r.sum()
+
+
+@pytest.mark.parametrize("rule", ["ours", "unnormalised residual", "rejected draft removed as one-hot"])
+def test_sibling_rejection_rule_and_negative_controls(monkeypatch, rule):
+    """Two sampled siblings at one node: the first emitted token must follow q exactly.
+
+    q and the two draft distributions are chosen so that the residual after
+    the first rejection matters for the second sibling (q - p1 keeps 30% of
+    the mass, and p2 is flat): each wrong rule shifts P(token 0) by >= 0.03,
+    six standard errors at 8,000 trials (chi-square p ~ 1e-9 and below), and
+    the test must reject it.
+    """
+    if rule == "unnormalised residual":
+        monkeypatch.setattr(verify_mod, "_reject", _unnormalised_residual)
+    elif rule != "ours":
+        monkeypatch.setattr(verify_mod, "_reject", _one_hot_removal)
+    q = torch.tensor([0.5, 0.3, 0.1, 0.05, 0.05])
+    p1, p2 = torch.tensor([0.45, 0.05, 0.3, 0.1, 0.1]), torch.full((5,), 0.2)
+    gen = torch.Generator().manual_seed(0)
+    n, counts = 8000, {}
+    for _ in range(n):
+        x1, x2 = (int(torch.multinomial(p, 1, generator=gen)) for p in (p1, p2))
+        tree = DraftTree(root=0, tokens=[x1, x2], parents=[0, 0], probs=[p1, p2])
+        path, bonus = walk_sample(tree, lambda i: q.log(), 1.0, 1.0, gen)
+        tok = tree.tokens[path[0] - 1] if path else bonus
+        counts[tok] = counts.get(tok, 0) + 1
+    pval = chi2_pvalue(counts, {k: float(q[k]) for k in range(5)}, n)
+    if rule == "ours":
+        assert pval > 1e-3
+    else:
+        assert pval < 1e-6, f"the test failed to reject a wrong rule ({rule}): p = {pval}"
 
 
 def _exact_marginals(target, prompt: list[int], depth: int, temp: float, top_p: float) -> list[dict]:

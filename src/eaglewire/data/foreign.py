@@ -25,33 +25,16 @@ compute the soft targets from the wrong tensor.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
-from ..config import opt
-from ..data.manifest import FORMAT_VERSION, MANIFEST, write_json_atomic
 from ..errors import EaglewireError
-from ..points import ENGINES, FINAL_NORM, id_lists, parse_points, points_from_ids
-from .weights import load_pickle_weights
-
-
-@dataclass
-class DataImportConfig:
-    src: Path = opt(help="speculators data dir (hidden_states/hs_*.safetensors) or SpecForge output dir (rows_*/data_*.ckpt)", arg=True)
-    out: Path = opt(help="eaglewire dataset directory to write (must not exist)")
-    format: str = opt("auto", "auto, speculators, specforge")
-    points: list[str] = opt(help="physical points the features are (embed, layers.<k>.out, final_norm); default unknown", factory=list)
-    layers_from: str = opt("", f"engine meaning of --ids ({', '.join(ENGINES)})")
-    ids: list[int] = opt(help="layer ids of the features in --layers-from's meaning", factory=list)
-    target: str = opt("", "target that produced the states: layer count, fingerprint, final norm for speculators files")
-    target_layers: int = opt(0, "the target's layer count when --target is not given (to resolve --ids/--points)")
-    all_loss: bool = opt(False, "speculators without pyarrow: train on every token (loss_mask = 1), stated in the manifest")
-    shard_samples: int = opt(64, "samples per shard")
-    json: bool = opt(False, "print JSON")
-
+from ..export.weights import load_pickle_weights
+from ..points import FINAL_NORM, id_lists, parse_points, points_from_ids
+from .config import DataImportConfig
+from .manifest import FORMAT_VERSION, MANIFEST, write_json_atomic
 
 _NUM = re.compile(r"(\d+)")
 
@@ -163,7 +146,7 @@ def run_data_import(cfg: DataImportConfig) -> dict:
     if cfg.all_loss:
         notes.append("loss_mask = 1 on every token (--all-loss): the original assistant-only mask was not read")
     man = {"format": "eaglewire-features", "format_version": FORMAT_VERSION, "complete": False,
-           "target": {"spec": cfg.target or None, "path": None, "fingerprint": fp or {"num_layers": L, "unknown": True}},
+           "target": {"source": cfg.target or None, "path": None, "fingerprint": fp or {"num_layers": L, "unknown": True}},
            "target_hidden": th, "chat_template_sha": tpl, "generation": {"imported_from": str(src), "format": fmt},
            "extract": {"imported": True, "notes": notes}, "shards": [], "num_samples": 0, "num_tokens": 0,
            "num_loss_tokens": 0}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import greedy_reference, random_drafter
+from eaglewire.decoding.engine import SpecConfig, SpecEngine
 from eaglewire.points import eagle3_default
-from eaglewire.spec.engine import SpecConfig, SpecEngine
 
 
 @pytest.mark.slow

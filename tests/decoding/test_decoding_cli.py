@@ -9,10 +9,10 @@ from typer.testing import CliRunner
 
 from conftest import random_drafter
 from eaglewire.cli import app
+from eaglewire.decoding.compat import load_drafter_for
 from eaglewire.drafter.checkpoint import save_checkpoint
 from eaglewire.errors import EaglewireError
 from eaglewire.points import eagle3_default
-from eaglewire.spec.compat import load_drafter_for
 from eaglewire.targets import chat_template_hash, target_fingerprint
 
 
@@ -88,7 +88,7 @@ def test_bench_cli(tiny_targets, llama_ckpt, tmp_path):
 
 
 def test_round_robin_spans_every_category():
-    from eaglewire.spec.cli import _round_robin
+    from eaglewire.decoding.cli import _round_robin
 
     cats = ["a", "a", "a", "b", "b", "c"]
     assert _round_robin(3, cats) == [0, 3, 5]
@@ -97,9 +97,9 @@ def test_round_robin_spans_every_category():
 
 
 def test_auto_shape_picks_the_fastest_measured_shape(tiny_targets, llama_ckpt):
-    from eaglewire.spec.bench import auto_shape
-    from eaglewire.spec.compat import load_drafter_for
-    from eaglewire.spec.engine import SpecConfig, SpecEngine
+    from eaglewire.decoding.bench import auto_shape
+    from eaglewire.decoding.compat import load_drafter_for
+    from eaglewire.decoding.engine import SpecConfig, SpecEngine
 
     t = tiny_targets["llama"]
     drafter, points, _ = load_drafter_for(t, llama_ckpt)

@@ -12,17 +12,20 @@ head to the rows asked for through a oneDNN-prepacked weight.
 Tree masks are passed to transformers as a 4D bool mask ``[1, 1, N, P+N]``
 (True = may attend): ``create_causal_mask`` returns a 4D mask unchanged and
 the sdpa / eager attention functions use it as-is (checked on llama, qwen3,
-mistral and deepseek_v3/MLA in the tests).
+mistral and deepseek_v3/MLA in the tests). Because it is used as-is,
+sliding-window layers get the window folded into their mask
+(:func:`~eaglewire.kvcache.window_masks`), and the cache keeps every row
+of every layer so rejected drafts can be rolled back past the window.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
 from ..capture import capturing
+from ..fastlinear import FastLinear, packed_linears
+from ..kvcache import growing_cache, keep_rows, window_masks
 from ..points import Point
-from .fastlinear import FastLinear, packed_linears
 
 
 def base_model(model):
@@ -31,7 +34,7 @@ def base_model(model):
 
 
 class TargetRunner:
-    """One sequence (batch 1) decoded by the target with a DynamicCache."""
+    """One sequence (batch 1) decoded by the target with an in-place growing KV cache."""
 
     def __init__(self, target, points: list[Point] | None = None, fast: bool = True):
         self.target = target
@@ -46,7 +49,7 @@ class TargetRunner:
         self.reset()
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = growing_cache(self.model.config, sliding=False)  # rollback needs full history
 
     @property
     def length(self) -> int:
@@ -66,8 +69,11 @@ class TargetRunner:
             position_ids = torch.arange(past, past + n, device=input_ids.device)[None]
         mask = None
         if tree_mask is not None:
-            prefix = torch.ones(n, past, dtype=torch.bool, device=input_ids.device)
-            mask = torch.cat([prefix, tree_mask.to(input_ids.device)], dim=1)[None, None]  # [1,1,N,P+N]
+            dev = input_ids.device
+            prefix = torch.ones(n, past, dtype=torch.bool, device=dev)
+            mask = torch.cat([prefix, tree_mask.to(dev)], dim=1)[None, None]  # [1,1,N,P+N]
+            k_pos = torch.cat([torch.arange(past, device=dev), position_ids[0]])  # [P+N]
+            mask = window_masks(self.model.config, mask, position_ids[0], k_pos)
         with capturing(self.model, self.points) as store, packed_linears(self.base, self.fast):
             out = self.base(
                 input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
@@ -86,22 +92,7 @@ class TargetRunner:
             z = torch.tanh(z / self.softcap) * self.softcap
         return z
 
+    @torch.inference_mode()  # the cache holds inference tensors, updated in place
     def keep(self, n_new: int, keep_idx: list[int]) -> None:
-        """Drop rejected entries among the last ``n_new`` cache rows.
-
-        ``keep_idx`` are indices into those rows (ascending). A contiguous
-        head of the block is a plain ``crop``; anything else is an
-        index_select per layer (tree paths skip rejected siblings).
-        """
-        drop = n_new - len(keep_idx)
-        if keep_idx == list(range(len(keep_idx))):
-            if drop:
-                self.cache.crop(-drop)
-            return
-        past = self.length - n_new
-        dev = self.cache.layers[0].keys.device
-        idx = torch.tensor(list(range(past)) + [past + i for i in keep_idx], device=dev)
-        for layer in self.cache.layers:
-            if getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.numel():
-                layer.keys = layer.keys.index_select(-2, idx)
-                layer.values = layer.values.index_select(-2, idx)
+        """Drop rejected entries among the last ``n_new`` cache rows (``keep_idx`` ascending)."""
+        keep_rows(self.cache, n_new, keep_idx)

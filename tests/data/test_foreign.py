@@ -8,9 +8,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from eaglewire.data.config import DataImportConfig
 from eaglewire.data.dataset import FeatureDataset
+from eaglewire.data.foreign import run_data_import
 from eaglewire.errors import EaglewireError
-from eaglewire.export.foreign_data import DataImportConfig, run_data_import
 
 H, P, N = 64, 3, 5
 

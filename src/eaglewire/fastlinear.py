@@ -1,11 +1,12 @@
 """oneDNN-prepacked linear layers for CPU decoding.
 
 WHY: at decode batch sizes (M = 1..64 rows) MKL's sgemm re-reads the weight in
-its plain layout every call; the 49k-row lm_head of the default target costs
-~10-26 ms at M=1 and ~50 ms at M=8. oneDNN with the weight reordered once into
-its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, the path
-inductor's CPU backend uses) measured 8 ms at M=1, 8 ms at M=8 and 40 ms at
-M=64 on this machine, i.e. verifying 8 rows costs what 1 row costs.
+its plain layout every call, and the target's lm_head is the largest matrix
+of a small target. oneDNN with the weight reordered once into its blocked
+layout (``torch.ops.mkldnn._reorder_linear_weight``, the path inductor's CPU
+backend uses) makes verifying a few rows cost about what one row costs, and
+speeds up batched answer generation (figures and the commands behind them:
+``benchmarks/README.md``).
 
 Numerics: fp32 results differ from MKL by float rounding only (~1e-5
 relative); greedy exactness against the unmodified target is checked in the
@@ -42,8 +43,8 @@ class FastLinear(nn.Module):
                  min_rows: int = 1, max_rows: int = 64):
         super().__init__()
         # Outside [min_rows, max_rows] MKL wins: oneDNN builds a primitive per new
-        # row count (~1 ms for a 576x1536 weight, paid once per prefill length),
-        # and at M=1 MKL is as fast for the small decoder matrices.
+        # row count (paid once per prefill length), and at M=1 MKL is as fast
+        # for the small decoder matrices.
         self.min_rows, self.max_rows = min_rows, max_rows
         self.out_features, self.in_features = weight.shape
         self.weight = weight.detach()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -60,8 +58,11 @@ def greedy_reference(target, prompt_ids: list[int], max_new: int) -> list[int]:
     return out[0, x.shape[1]:].tolist()
 
 
-def train_drafter(target, seconds: float = 3.0, steps: int = 200, seed: int = 0, n_prompts: int = 8):
-    """Briefly train a drafter on the target's own greedy continuations (TTT)."""
+def train_drafter(target, steps: int = 80, seed: int = 0, n_prompts: int = 8):
+    """Briefly train a drafter on the target's own greedy continuations (TTT).
+
+    A fixed number of steps, not a time budget: a slower machine must get the same drafter.
+    """
     from eaglewire.capture import capturing
     from eaglewire.data.lossmask import encode, render
     from eaglewire.drafter.ttt import ttt_forward
@@ -92,15 +93,12 @@ def train_drafter(target, seconds: float = 3.0, steps: int = 200, seed: int = 0,
     model.set_draft_vocab(vocab)
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3, betas=(0.9, 0.95))
-    start = time.time()
     for _ in range(steps):
         out = ttt_forward(model, feats, x, hidden, head, loss_mask=lm, attention_mask=attn, steps=3)
         opt.zero_grad()
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
         opt.step()
-        if time.time() - start > seconds:
-            break
     return model.eval(), points
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..drafter.model import KV, Eagle3Drafter, causal_mask
-from .fastlinear import FastLinear, packed_linears
+from ..fastlinear import FastLinear, packed_linears
 from .tree import DraftTree
 
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from conftest import ARCHS, PROMPTS, greedy_reference, random_drafter
+from eaglewire.decoding.engine import SpecConfig, SpecEngine
+from eaglewire.decoding.target_runner import TargetRunner
+from eaglewire.decoding.tree import DraftTree
 from eaglewire.errors import EaglewireError
 from eaglewire.points import eagle3_default
-from eaglewire.spec.engine import SpecConfig, SpecEngine
-from eaglewire.spec.target_runner import TargetRunner
-from eaglewire.spec.tree import DraftTree
 
 MAX_NEW = 24
 
@@ -138,3 +138,24 @@ def test_bad_prompts(tiny_targets):
         eng.generate([5] * 2000, SpecConfig(mode="plain"))
     with pytest.raises(EaglewireError, match="drafter"):
         eng.generate([5, 6], SpecConfig(mode="tree"))
+
+
+@pytest.mark.parametrize("arch", ["mistral", "qwen3"])
+def test_sliding_window_past_the_window(tiny_targets, trained_drafters, arch):
+    """Chain and tree decoding stay equal to transformers long after the context passes the window.
+
+    tiny:mistral windows every layer, tiny:qwen3 layers 4-7 (mixed layer types,
+    the dict-of-masks path); both windows are 16 tokens.
+    """
+    t = tiny_targets[arch]
+    window = t.model.config.sliding_window
+    assert window == 16 and (arch == "mistral" or len(set(t.model.config.layer_types)) == 2)
+    drafter, points = trained_drafters[arch]
+    eng = SpecEngine(t, drafter, points)
+    ids = eng.encode(PROMPTS[1])
+    ref = greedy_reference(t, ids, 64)
+    assert len(ids) + len(ref) > 3 * window
+    for mode, kw in (("chain", {}), ("tree", {}), ("tree", {"top_k": 2, "tree_depth": 3, "total_tokens": 6})):
+        r = eng.generate(ids, SpecConfig(mode=mode, max_new_tokens=64, **kw))
+        assert r.token_ids == ref, (mode, kw)
+        assert sum(s.accepted for s in r.metrics.steps) > 0  # drafts were accepted and rolled back past the window

@@ -15,20 +15,20 @@ from .engine import DEFAULTS
 
 
 @dataclass
-class GenerateConfig:
+class DecodeConfig:
     prompt: str = opt(help="the user message (or raw text with --no-chat)")
     target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
     drafter: Path | None = opt(None, "drafter checkpoint directory; without it decoding is plain")
-    mode: str = opt("tree", "chain or tree (with a drafter)")
-    temperature: float = opt(0.0, "0 = greedy (exactly the target's greedy output)")
-    top_p: float = opt(1.0, "nucleus sampling when temperature > 0")
-    max_new_tokens: int = opt(128, "max generated tokens")
+    mode: str = opt("tree", "plain, chain or tree (chain and tree need a drafter)", choices=("plain", "chain", "tree"))
+    temperature: float = opt(0.0, "0 = greedy (exactly the target's greedy output)", ge=0)
+    top_p: float = opt(1.0, "nucleus sampling when temperature > 0", gt=0, le=1)
+    max_new_tokens: int = opt(128, "max generated tokens", ge=1)
     stop: list[str] = opt(help="stop string (repeatable); removed from the output", factory=list)
     chat: bool = opt(True, "apply the target's chat template")
-    depth: int = opt(DEFAULTS["chain_depth"], "chain: draft tokens per step")
-    top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level")
-    tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels")
-    total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)")
+    depth: int = opt(DEFAULTS["chain_depth"], "chain: draft tokens per step", ge=1)
+    top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level", ge=1)
+    tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels", ge=1)
+    total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)", ge=2)
     lookup: int = opt(0, "tree, greedy: also verify up to N tokens copied from the context (prompt lookup)", ge=0)
     seed: int = opt(0, "sampling seed")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
@@ -43,17 +43,17 @@ class BenchConfig:
     prompts: Path | None = opt(None, 'JSONL: {"prompt": ..., "category": ...} or {"messages": [...]} per line; '
                                "default: the shipped held-out set (54 prompts, 9 categories)")
     target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
-    max_new_tokens: int = opt(64, "max generated tokens per prompt (every method)")
-    max_prompts: int = opt(0, "use only N prompts (0 = all), taken round-robin over the categories")
+    max_new_tokens: int = opt(64, "max generated tokens per prompt (every method)", ge=1)
+    max_prompts: int = opt(0, "use only N prompts (0 = all), taken round-robin over the categories", ge=0)
     repeats: int = opt(1, "timed passes over the prompts (ratios per pass -> median and range)", ge=1)
     auto_shape: int = opt(0, "first try several tree shapes on this many prompts and bench the fastest (0 = off)", ge=0)
     methods: list[str] = opt(help="methods (repeatable): hf_generate, eaglewire_plain, hf_prompt_lookup, "
                              "eaglewire_chain, eaglewire_tree, eaglewire_tree_lookup (the drafter's tree plus a "
                              "context-lookup branch); default: all but hf_prompt_lookup", factory=list)
-    depth: int = opt(DEFAULTS["chain_depth"], "chain: draft tokens per step")
-    top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level")
-    tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels")
-    total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)")
+    depth: int = opt(DEFAULTS["chain_depth"], "chain: draft tokens per step", ge=1)
+    top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level", ge=1)
+    tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels", ge=1)
+    total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)", ge=2)
     chat: bool = opt(True, "apply the target's chat template")
     out: Path | None = opt(None, "directory for bench.json, bench.md, bench.png")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
@@ -85,7 +85,7 @@ def _spec_cfg(cfg, mode: str):
                       seed=getattr(cfg, "seed", 0))
 
 
-def run_generate(cfg: GenerateConfig) -> dict:
+def run_generate(cfg: DecodeConfig) -> dict:
     from .engine import SpecEngine
 
     if not cfg.prompt.strip():
@@ -181,7 +181,7 @@ def bench_from_config(cfg: BenchConfig) -> dict:
 
 
 def register(app: typer.Typer) -> None:
-    build_command(app, "generate", GenerateConfig, run_generate,
+    build_command(app, "generate", DecodeConfig, run_generate,
                   "Generate with speculative decoding (plain decoding without --drafter).")
     build_command(app, "bench", BenchConfig, run_bench_cmd,
                   "Compare transformers generate, prompt lookup, plain, chain and tree decoding.")

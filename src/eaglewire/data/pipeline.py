@@ -1,0 +1,219 @@
+"""The data stages in order: prompts -> target answers -> features -> draft vocab.
+
+Each ``run_*`` takes its command's config, holds the dataset directory's
+write lock, records the resolved config next to what it wrote, and returns
+the result a script reads (`--json`). ``run_build`` chains them and resumes
+at the first unfinished stage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ..config import save_config
+from ..errors import EaglewireError
+from .config import (
+    PROMPTS,
+    RESPONSES,
+    DataBuildConfig,
+    DataExtractConfig,
+    DataGenerateConfig,
+    DataVocabConfig,
+)
+
+
+def _load(cfg):
+    from ..device import resolve_device, resolve_dtype
+    from ..targets import load_target
+
+    dev = resolve_device(cfg.device)
+    return load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
+
+
+def _collect_prompts(cfg, target) -> tuple[list, dict]:
+    from .jsonl import read_jsonl, rewrite_jsonl
+    from .prompts import Conversation, dedupe, load_prompts, self_prompts
+
+    path = cfg.out / PROMPTS
+    if cfg.resume and path.exists():
+        return [Conversation(messages=r["messages"]) for r in read_jsonl(path)], {"resumed": True}
+    if cfg.prompts is None and cfg.self_prompts <= 0 and cfg.topic_prompts <= 0:
+        raise EaglewireError("give --prompts FILE, --topic-prompts N or --self-prompts N")
+    convs, counts = [], {}
+    if cfg.prompts is not None:
+        loaded = load_prompts(cfg.prompts)
+        counts["loaded"] = len(loaded)
+        convs += loaded
+    if cfg.topic_prompts > 0:
+        from .topic_prompts import topic_prompts
+
+        tp = topic_prompts(cfg.topic_prompts, seed=cfg.seed)
+        counts["topic_prompts"] = len(tp)
+        convs += tp
+    if cfg.self_prompts > 0:
+        sp, sp_counts = self_prompts(target, cfg.self_prompts, seed=cfg.seed, batch_size=cfg.batch_size,
+                                     max_new_tokens=cfg.self_prompt_tokens)
+        counts["self_prompts"] = sp_counts.__dict__ if hasattr(sp_counts, "__dict__") else sp_counts
+        convs += sp
+    convs, dropped = dedupe(convs)
+    counts.update(duplicates=dropped, unique=len(convs))
+    rewrite_jsonl(path, [{"index": i, "messages": c.messages} for i, c in enumerate(convs)])
+    return convs, counts
+
+
+def _locked(fn):
+    """Run a data stage holding its dataset directory's write lock (re-entrant for `data build`)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(cfg, *args, **kwargs):
+        from ..locks import dir_lock
+
+        d = getattr(cfg, "out", None) or cfg.data
+        with dir_lock(d, f"data {fn.__name__.removeprefix('run_')}"):
+            return fn(cfg, *args, **kwargs)
+    return wrapper
+
+
+@_locked
+def run_generate(cfg, target=None) -> dict:
+    from .generate import GenSettings, generate_responses
+
+    if (cfg.out / "manifest.json").exists() and not cfg.resume:
+        raise EaglewireError(f"{cfg.out}: already holds a dataset; pass --resume or choose a new --out")
+    if (cfg.out / RESPONSES).exists() and not cfg.resume:
+        raise EaglewireError(f"{cfg.out}: already holds responses; pass --resume or choose a new --out")
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    target = target or _load(cfg)
+    convs, counts = _collect_prompts(cfg, target)
+    s = GenSettings(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                    batch_size=cfg.batch_size, seed=cfg.seed, max_prompt_tokens=cfg.max_prompt_tokens)
+    stats = generate_responses(target, convs, cfg.out / RESPONSES, s, resume=cfg.resume)
+    res = {"prompts": counts, "responses": stats.done, "resumed": stats.resumed,
+           "skipped_empty": stats.skipped_empty, "skipped_long": stats.skipped_long,
+           "finish": stats.finish, "new_tokens": stats.new_tokens, "tokens_per_s": round(stats.tokens_per_s, 1),
+           "settings": s.as_dict()}
+    save_config(cfg, cfg.out / "generate.config.json", {"result": res})
+    return res
+
+
+def _settings_from_manifest(cfg):
+    """On --resume, options left at their defaults take the dataset's recorded values.
+
+    So `eaglewire data extract DIR --resume`, the command our error messages
+    print, continues or repairs a dataset exactly as it was made.
+    """
+    import dataclasses
+
+    man_path = cfg.data / "manifest.json"
+    if not (cfg.resume and man_path.is_file()):
+        return cfg
+    from ..targets import recorded_source
+
+    man = json.loads(man_path.read_text())
+    ex = man.get("extract") or {}
+    recorded = {"target": recorded_source(man.get("target") or {}), "points": ex.get("points"),
+                "store_dtype": ex.get("dtype"), "batch_tokens": ex.get("batch_tokens"),
+                "max_seq_len": ex.get("max_seq_len"), "shard_samples": ex.get("shard_samples")}
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(cfg) if f.name in recorded}
+    upd = {k: v for k, v in recorded.items() if v is not None and getattr(cfg, k) == defaults[k]}
+    return dataclasses.replace(cfg, **upd)
+
+
+@_locked
+def run_extract(cfg, target=None) -> dict:
+    from ..points import eagle3_default
+    from .extract import ExtractSettings, extract
+    from .jsonl import read_jsonl
+
+    rows = [r for r in read_jsonl(cfg.data / RESPONSES) if "messages" in r]
+    if not rows:
+        raise EaglewireError(f"{cfg.data / RESPONSES}: no responses (run `eaglewire data generate` first)")
+    cfg = _settings_from_manifest(cfg)
+    target = target or _load(cfg)
+    names = [n for p in cfg.points for n in p.split(",") if n] or [p.name for p in eagle3_default(target.num_layers)]
+    gen_cfg = cfg.data / "generate.config.json"
+    gen = json.loads(gen_cfg.read_text()).get("result", {}).get("settings", {}) if gen_cfg.exists() else {}
+    s = ExtractSettings(points=names, dtype=cfg.store_dtype, batch_tokens=cfg.batch_tokens,
+                        max_seq_len=cfg.max_seq_len, shard_samples=cfg.shard_samples)
+    t0 = time.perf_counter()
+    man = extract(target, rows, cfg.data, s, gen, resume=cfg.resume)
+    save_config(cfg, cfg.data / "extract.config.json")
+    return {"num_samples": man["num_samples"], "num_tokens": man["num_tokens"], "points": man["points"]["names"],
+            "dropped": man["dropped"], "seconds": round(time.perf_counter() - t0, 1),
+            "tokens_per_s": round(man["extract_tokens_per_s"], 1)}
+
+
+def auto_vocab_size(vocab: int) -> int:
+    """8192 covers >97% of assistant tokens on the default target's data while cutting the
+    draft lm_head (the largest draft cost on CPU) 6x versus the full 49,152."""
+    return min(8192, vocab)
+
+
+@_locked
+def run_vocab(cfg) -> dict:
+    from .dataset import FeatureDataset
+    from .manifest import read_manifest, write_json_atomic
+    from .vocab import build_draft_vocab, count_tokens, save_vocab
+
+    man = read_manifest(cfg.data)
+    V = man["target"]["fingerprint"]["vocab_size"]
+    ds = FeatureDataset(cfg.data, verify=False)
+    ids = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
+    masks = [ds[i]["loss_mask"].int().tolist() for i in range(len(ds))]
+    counts = count_tokens(ids, masks, V)
+    size = cfg.size or auto_vocab_size(V)
+    vocab = build_draft_vocab(counts, size)
+    save_vocab(cfg.data, vocab)
+    man["vocab"] = {"size": size, "coverage": vocab.coverage, "num_distinct": int((counts > 0).sum())}
+    write_json_atomic(cfg.data / "manifest.json", man)
+    save_config(cfg, cfg.data / "vocab.config.json")
+    return man["vocab"]
+
+
+def _complete_and_intact(d: Path) -> bool:
+    from .manifest import shard_problem
+
+    man = json.loads((d / "manifest.json").read_text())
+    return bool(man.get("complete")) and not any(shard_problem(d, e) for e in man["shards"])
+
+
+@_locked
+def run_build(cfg: DataBuildConfig) -> dict:
+    from ..config import config_from_dict
+
+    target = _load(cfg)
+    gen_keys = DataGenerateConfig.__dataclass_fields__
+    gcfg = config_from_dict(DataGenerateConfig, {k: getattr(cfg, k) for k in gen_keys})
+    res = {}
+    if not (cfg.resume and (cfg.out / "manifest.json").exists()):
+        res["generate"] = run_generate(gcfg, target)
+    ex = {k: getattr(cfg, k) for k in DataExtractConfig.__dataclass_fields__ if k != "data"}
+    ecfg = config_from_dict(DataExtractConfig, {**ex, "data": cfg.out})
+    man_path = cfg.out / "manifest.json"
+    if not (man_path.exists() and _complete_and_intact(cfg.out)):
+        res["extract"] = run_extract(ecfg, target)
+    res["vocab"] = run_vocab(DataVocabConfig(data=cfg.out, size=cfg.vocab_size))
+    save_config(cfg, cfg.out / "build.config.json")
+    return res
+
+
+def info(d: Path, verify: bool = True) -> dict:
+    from ..targets import recorded_source
+    from .manifest import manifest_hash, read_manifest, verify_shards
+
+    man = read_manifest(d)
+    if verify:
+        verify_shards(d, man)
+    return {
+        "path": str(d), "complete": man["complete"], "points": man["points"],
+        "num_samples": man["num_samples"], "num_tokens": man["num_tokens"], "num_loss_tokens": man["num_loss_tokens"],
+        "target": recorded_source(man["target"]), "target_fingerprint": man["target"]["fingerprint"],
+        "chat_template_sha": man["chat_template_sha"], "generation": man.get("generation"),
+        "store_dtype": man["extract"]["dtype"], "norm_stats": man.get("norm_stats"),
+        "vocab": man.get("vocab"), "num_shards": len(man["shards"]), "dropped": man.get("dropped"),
+        "manifest_sha": manifest_hash(d), "checksums_verified": verify,
+    }

@@ -1,0 +1,98 @@
+"""Bad input through every command: exit 2, one line naming the file or field, no traceback.
+
+Each row runs the real CLI entry point in-process (``eaglewire.cli.main``)
+with a broken input and checks the exit status, that stderr is a single
+``error:`` or usage line containing the expected words, and that no
+exception escaped. Files a case needs are made by the row's setup.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from eaglewire import cli
+
+
+def _write(path, text: str | bytes):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.write_bytes if isinstance(text, bytes) else path.write_text)(text)
+    return path
+
+
+def _dataset_dir(tmp, manifest: str):
+    _write(tmp / "ds" / "manifest.json", manifest)
+    return tmp / "ds"
+
+
+def _drafter_dir(tmp, config: str):
+    _write(tmp / "dr" / "config.json", config)
+    return tmp / "dr"
+
+
+# (id, argv builder from tmp_path, words the one-line message must contain)
+CASES = [
+    ("inspect-bad-target", lambda t: ["inspect", "--target", str(t / "nowhere")], ["nowhere", "tiny:<arch>"]),
+    ("layers-out-of-range", lambda t: ["layers", "99", "--num-layers", "30", "--from", "vllm"], ["99"]),
+    ("capture-empty-text", lambda t: ["capture", "--text", "", "--out", str(t / "c"), "--target", "tiny:llama",
+                                      "--no-chat"], ["--text"]),
+    ("data-build-not-utf8", lambda t: ["data", "build", "--target", "tiny:llama", "--out", str(t / "o"), "--prompts",
+                                       str(_write(t / "p.jsonl", b'{"prompt": "caf\xe9"}\n'))], ["p.jsonl", "UTF-8"]),
+    ("data-build-bad-json", lambda t: ["data", "build", "--target", "tiny:llama", "--out", str(t / "o"), "--prompts",
+                                       str(_write(t / "p.jsonl", '{"prompt": "a"}\n{oops\n'))], ["p.jsonl", "2"]),
+    ("data-generate-missing-prompts", lambda t: ["data", "generate", "--target", "tiny:llama", "--out", str(t / "o"),
+                                                 "--prompts", str(t / "missing.jsonl")], ["missing.jsonl"]),
+    ("data-generate-bad-batch", lambda t: ["data", "generate", "--out", str(t / "o"), "--topic-prompts", "4",
+                                           "--batch-size", "0"], ["--batch-size"]),
+    ("data-extract-no-responses", lambda t: ["data", "extract", str(t / "empty"), "--target", "tiny:llama"],
+     ["responses.jsonl"]),
+    ("data-vocab-no-manifest", lambda t: ["data", "vocab", str(t / "empty")], ["manifest.json"]),
+    ("data-info-truncated-manifest", lambda t: ["data", "info", str(_dataset_dir(t, '{"format_version": 1, "sha'))],
+     ["manifest.json"]),
+    ("data-import-nothing", lambda t: ["data", "import", str(t / "empty"), "--out", str(t / "imp")], ["empty"]),
+    ("train-missing-data", lambda t: ["train", "--data", str(t / "nodata"), "--out", str(t / "r")], ["nodata"]),
+    ("train-negative-lr", lambda t: ["train", "--data", str(t), "--out", str(t / "r"), "--lr", "-1"], ["--lr"]),
+    ("generate-bad-mode", lambda t: ["generate", "--prompt", "hi", "--target", "tiny:llama", "--mode", "fast"],
+     ["--mode", "plain, chain, tree"]),
+    ("generate-missing-drafter", lambda t: ["generate", "--prompt", "hi", "--target", "tiny:llama", "--drafter",
+                                            str(t / "nodrafter")], ["nodrafter"]),
+    ("bench-missing-drafter", lambda t: ["bench", "--drafter", str(t / "nodrafter"), "--target", "tiny:llama"],
+     ["nodrafter"]),
+    ("export-missing-ckpt", lambda t: ["export", str(t / "nockpt"), "--format", "sglang", "--out", str(t / "e")],
+     ["nockpt"]),
+    ("export-bad-format", lambda t: ["export", str(t / "nockpt"), "--format", "tensorrt", "--out", str(t / "e")],
+     ["tensorrt"]),
+    ("import-missing-src", lambda t: ["import", str(t / "nosrc"), "--out", str(t / "i"), "--target-layers", "8"],
+     ["nosrc"]),
+    ("doctor-dataset-missing", lambda t: ["doctor", "dataset", str(t / "nods")], ["nods"]),
+    ("doctor-drafter-missing", lambda t: ["doctor", "drafter", str(t / "nockpt"), "--data", str(t)], ["nockpt"]),
+    ("doctor-config-truncated", lambda t: ["doctor", "config", str(_drafter_dir(t, '{"architectures": [')),
+                                           "--num-layers", "30"], ["config.json"]),
+    ("doctor-config-id-not-int", lambda t: ["doctor", "config", str(_drafter_dir(t, json.dumps(
+        {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": ["a", 2, 3]}}))),
+        "--num-layers", "30"], ["eagle_aux_hidden_state_layer_ids", "integer"]),
+    ("doctor-online-missing", lambda t: ["doctor", "online", "--drafter", str(t / "nockpt"), "--data", str(t)],
+     ["nockpt"]),
+    ("demo-bad-preset", lambda t: ["demo", "--preset", "huge", "--run-dir", str(t / "d")], ["huge"]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys):
+    _, argv, words = case
+    (tmp_path / "empty").mkdir()
+    args = argv(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["eaglewire", *args])
+    monkeypatch.delenv("EAGLEWIRE_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2, (args, err)
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    message = " ".join(lines)
+    assert lines and (lines[0].startswith("error: ") or "Usage:" in message), err
+    for w in words:
+        assert w in message, (w, err)
