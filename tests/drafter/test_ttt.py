@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -154,7 +152,7 @@ def test_tiny_drafter_overfits():
     model = make_model(dtype=torch.float32, draft_vocab_size=V)
     batch = make_batch(b=4, t=32, seed=3, dtype=torch.float32)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
-    start, acc0 = time.time(), 0.0
+    acc0 = 0.0
     for _ in range(400):
         out = ttt_forward(model, steps=2, **batch)
         opt.zero_grad()
@@ -164,7 +162,6 @@ def test_tiny_drafter_overfits():
         if acc0 >= 0.95:
             break
     assert acc0 >= 0.95, acc0
-    assert time.time() - start < 30
 
 
 # ------------------------------------------------- split TTT attention (fast path)

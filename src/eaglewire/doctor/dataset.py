@@ -10,10 +10,13 @@ runner-up margin is reported so a near-tie is visible.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from ..capture import capture
 from ..data.dataset import FeatureDataset
+from ..data.manifest import read_manifest, shard_problem
 from ..points import EMBED, FINAL_NORM, Point, id_lists, layer_out
 from ..targets import fingerprint_mismatch, target_fingerprint
 from .verdict import Report
@@ -59,12 +62,19 @@ def identify_slots(target, ds: FeatureDataset, num_samples: int = 4) -> tuple[li
 
 def doctor_dataset(data_dir, target, num_samples: int = 4) -> Report:
     rep = Report("dataset")
-    ds = FeatureDataset(data_dir, verify=False)
-    man = ds.manifest
+    man = read_manifest(data_dir)
     L = target.num_layers
-    diff = fingerprint_mismatch(man["target"].get("fingerprint") or {}, target_fingerprint(target))
+    fp = man["target"].get("fingerprint") or {}
+    diff = [] if fp.get("unknown") else fingerprint_mismatch(fp, target_fingerprint(target))
     rep.add("target", not diff, "dataset made from this target" if not diff else f"fingerprint differs in {', '.join(diff)}",
-            "pass the target the dataset was made from (--target)", level="warning")
+            "pass the target the dataset was made from (--target); if it is that target, the manifest was edited")
+    bad = [(e["file"], why) for e in man["shards"] if (why := shard_problem(Path(data_dir), e))]
+    rep.add("shards", not bad, f"{len(man['shards'])} shards match their manifest checksums" if not bad else
+            "; ".join(f"{f}: {why}" for f, why in bad),
+            f"run `eaglewire data extract {data_dir} --resume` (bad or missing shards are re-extracted)")
+    if bad:  # features from corrupt shards would be misread as a wiring problem
+        return rep
+    ds = FeatureDataset(data_dir, verify=False)
     slots, th = identify_slots(target, ds, num_samples)
     labels = man["points"].get("names") or [None] * len(slots)
     found = []
