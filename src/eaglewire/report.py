@@ -152,7 +152,7 @@ def write_report(run: Path, preset: str, p: dict, log: dict) -> dict:
              ["doctor", "check", "verdict", "detail"], ["what", "command / value"]]
     more = (f"This is the quick preset: a drafter trained for minutes on {p.get('topic_prompts', '?')} composed "
             "prompts. tau and speedup grow with data and training: run `eaglewire demo --preset standard` "
-            "(about 90 minutes here) or train on more prompts with `eaglewire data build --topic-prompts N`.")
+            "(about an hour here) or train on more prompts with `eaglewire data build --topic-prompts N`.")
     md = [f"# eaglewire demo report ({preset})", "", more if small else "", "", "![training](training.png)", ""]
     if bench_png:
         md += [f"![speed]({bench_png.relative_to(run) if bench_png.is_relative_to(run) else bench_png})", ""]

@@ -58,7 +58,7 @@ def generate_batch(target, prompts: list[list[int]], s: GenSettings, seed: int) 
     ids, mask = left_pad(prompts, tok.pad_token_id)
     torch.manual_seed(seed)
     sample = s.temperature > 0
-    # Prepacked linears and an in-place KV cache: 1.2x and ~1.1x at batch 64 (benchmarks/README.md).
+    # Prepacked linears and an in-place KV cache (side-by-side figure: benchmarks/README.md).
     with packed_linears(model):
         out = model.generate(
             input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
