@@ -36,8 +36,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # a checkout without installing; test support
 
-from eaglewire.drafter import DrafterConfig, Eagle3Drafter  # noqa: E402
+from eaglewire.drafter import Eagle3Drafter  # noqa: E402
 from eaglewire.drafter.ttt import ttt_forward, ttt_forward_naive  # noqa: E402
+from support.drafters import make_batch, make_model  # noqa: E402
 from support.ttt_blockmask import ttt_forward_blockmask  # noqa: E402
 
 PRESETS = {
@@ -75,35 +76,13 @@ def shapes(args: argparse.Namespace) -> dict:
 
 
 def build(s: dict, seq_len: int) -> tuple[Eagle3Drafter, dict]:
-    torch.manual_seed(0)
-    h, ht, v, d = s["hidden"], s["target_hidden"], s["vocab"], s["draft"]
-    cfg = DrafterConfig(
-        hidden_size=h,
-        intermediate_size=s["intermediate"],
-        num_attention_heads=s["heads"],
-        num_key_value_heads=s["kv_heads"],
-        head_dim=s["head_dim"],
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        max_position_embeddings=4096,
-        target_hidden_size=ht,
-        vocab_size=v,
-        draft_vocab_size=d,
+    model = make_model(
+        seed=0, dtype=torch.float32, hidden_size=s["hidden"], intermediate_size=s["intermediate"],
+        num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"], head_dim=s["head_dim"],
+        max_position_embeddings=4096, target_hidden_size=s["target_hidden"], vocab_size=s["vocab"],
+        draft_vocab_size=s["draft"],
     )
-    model = Eagle3Drafter(cfg)
-    model.load_target_embedding(torch.randn(v, h))
-    model.set_draft_vocab(torch.sort(torch.randperm(v)[:d]).values)
-    b, t = s["batch"], seq_len
-    attn = torch.ones(b, t, dtype=torch.long)
-    attn[-1, -t // 4 :] = 0
-    batch = dict(
-        features=torch.randn(b, t, 3 * ht),
-        input_ids=torch.randint(0, v, (b, t)),
-        target_hidden=torch.randn(b, t, ht),
-        target_head_weight=torch.randn(v, ht),
-        loss_mask=attn.clone(),
-        attention_mask=attn,
-    )
+    batch = make_batch(s["batch"], seq_len, seed=0, dtype=torch.float32, vocab=s["vocab"], target_hidden=s["target_hidden"])
     return model, batch
 
 

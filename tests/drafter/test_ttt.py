@@ -6,67 +6,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from eaglewire.drafter import model as model_mod
 from eaglewire.drafter import (
-    DrafterConfig,
-    Eagle3Drafter,
     target_full_argmax,
     ttt_attention_mask,
     ttt_forward,
     ttt_forward_naive,
 )
-from eaglewire.drafter import model as model_mod
 from eaglewire.drafter import ttt as ttt_mod
+from support.drafters import V, make_batch, make_model
 from support.ttt_blockmask import ttt_forward_blockmask
-
-V, D, HT, A = 97, 50, 24, 3
-
-
-def make_model(seed=0, dtype=torch.float64, **overrides) -> Eagle3Drafter:
-    cfg = dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        max_position_embeddings=128,
-        target_hidden_size=HT,
-        num_aux=A,
-        vocab_size=V,
-        draft_vocab_size=D,
-    )
-    cfg.update(overrides)
-    torch.manual_seed(seed)
-    model = Eagle3Drafter(DrafterConfig(**cfg)).to(dtype)
-    model.load_target_embedding(torch.randn(V, 32, dtype=dtype))
-    g = torch.Generator().manual_seed(seed + 1)
-    d = cfg["draft_vocab_size"]
-    model.set_draft_vocab(torch.sort(torch.randperm(V, generator=g)[:d]).values)
-    return model
-
-
-def make_batch(b=2, t=10, seed=0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, V, (b, t), generator=g)
-    feats = torch.randn(b, t, A * HT, generator=g, dtype=dtype)
-    th = torch.randn(b, t, HT, generator=g, dtype=dtype)
-    head = torch.randn(V, HT, generator=g, dtype=dtype)
-    loss_mask = torch.ones(b, t, dtype=torch.long)
-    loss_mask[:, :2] = 0  # "prompt"
-    loss_mask[0, 5] = 0  # a hole
-    attn = torch.ones(b, t, dtype=torch.long)
-    if b > 1:
-        attn[1, t - 3 :] = 0  # right padding
-        loss_mask[1, t - 3 :] = 0
-    return dict(
-        features=feats,
-        input_ids=ids,
-        target_hidden=th,
-        target_head_weight=head,
-        loss_mask=loss_mask,
-        attention_mask=attn,
-    )
 
 
 def _grads(model, out):
