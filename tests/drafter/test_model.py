@@ -7,25 +7,11 @@ import torch
 from transformers import LlamaConfig, Qwen3Config
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter, causal_mask
+from support.drafters import drafter_config
 
 
 def tiny_config(**overrides) -> DrafterConfig:
-    base = dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        max_position_embeddings=128,
-        target_hidden_size=24,
-        num_aux=3,
-        vocab_size=97,
-        draft_vocab_size=50,
-    )
-    base.update(overrides)
-    return DrafterConfig(**base)
+    return drafter_config(**overrides)
 
 
 def tiny_model(seed: int = 0, **overrides) -> Eagle3Drafter:

@@ -9,8 +9,12 @@ from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 V, D, HT, A = 97, 50, 24, 3  # target vocab, draft vocab, target hidden, captured points
 
 
-def make_model(seed=0, dtype=torch.float64, **overrides) -> Eagle3Drafter:
-    """A random drafter (default: hidden 32, vocab V, draft vocab D) with a random draft vocab."""
+def drafter_config(**overrides) -> DrafterConfig:
+    """A tiny drafter config (hidden 32, 3 points of width HT, vocab V, draft vocab D)."""
+    return DrafterConfig(**_config_dict(**overrides))
+
+
+def _config_dict(**overrides) -> dict:
     cfg = dict(
         hidden_size=32,
         intermediate_size=64,
@@ -26,6 +30,12 @@ def make_model(seed=0, dtype=torch.float64, **overrides) -> Eagle3Drafter:
         draft_vocab_size=D,
     )
     cfg.update(overrides)
+    return cfg
+
+
+def make_model(seed=0, dtype=torch.float64, **overrides) -> Eagle3Drafter:
+    """A random drafter (default: :func:`drafter_config`) with a random draft vocab."""
+    cfg = _config_dict(**overrides)
     torch.manual_seed(seed)
     model = Eagle3Drafter(DrafterConfig(**cfg)).to(dtype)
     v = cfg["vocab_size"]
