@@ -13,11 +13,13 @@ for x[0..n-2]; the drafter has real entries for t = 0..n-2, see draft.py):
    accepted nodes, from the target's features of exactly those tokens, with
    the next tokens (accepted path + bonus) as inputs.
 
-Why the defaults (chain depth 4; tree top_k 3, depth 4, 10 tokens): on a
-CPU, verifying up to ~10 tokens costs about one decode step and every draft
-level about a tenth of one, so small trees pay off; GPU shapes (60 tokens,
-depth 7-8) would cost several decode steps per round here. Measured figures
-and the commands that produce them: ``benchmarks/README.md``.
+Why the defaults (chain depth 4; tree top_k 3, depth 2, 7 tokens): on a
+CPU without AVX-512 a verify round costs more than a decode step and grows
+with its width, and the drafters a CPU can train accept few tokens past
+depth 2, so a short, wide tree is fastest (measured against deeper shapes on
+two drafters); GPU shapes (60 tokens, depth 7-8) would cost several decode
+steps per round here. Figures and the commands that produce them:
+``benchmarks/README.md``; ``bench --auto-shape N`` picks a shape per drafter.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from .metrics import Metrics, StepRecord
 from .target_runner import TargetRunner
 from .verify import sample, walk_greedy, walk_sample, warp
 
-DEFAULTS = {"chain_depth": 4, "top_k": 3, "tree_depth": 4, "total_tokens": 10}
+DEFAULTS = {"chain_depth": 4, "top_k": 3, "tree_depth": 2, "total_tokens": 7}
 
 
 @dataclass
