@@ -200,6 +200,21 @@ def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dt
     return Target(source=source, path=path, model=model, tokenizer=tok)
 
 
+def load_tokenizer(source: str):
+    """The target's tokenizer alone: what regeneration through a server needs (no weights in memory)."""
+    from transformers import AutoTokenizer
+
+    _quiet_transformers()
+    path = resolve_target_dir(source)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise EaglewireError(f"target {source!r}: cannot load the tokenizer in {path} ({type(e).__name__}: {e})") from e
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 

@@ -39,6 +39,12 @@ class _GenOptions:
     batch_size: int = opt(GenSettings.batch_size, "generation batch size (left padding)", ge=1)
     seed: int = opt(GenSettings.seed, "random seed (self-prompts and sampled answers)")
     max_prompt_tokens: int = opt(GenSettings.max_prompt_tokens, "prompts longer than this (in tokens, templated) are skipped and counted", ge=1)
+    server: str | None = opt(None, "regenerate through this OpenAI-compatible server (vLLM, SGLang, transformers serve, llama.cpp), e.g. http://host:8000/v1; --target then gives only the tokenizer")
+    model: str | None = opt(None, "model name to request from --server (default: the first one /v1/models lists)")
+    concurrency: int = opt(8, "requests in flight at once with --server", ge=1)
+    reasoning: str = opt("keep", "thinking content from --server: keep (train on it, as the target produces it) or strip", choices=("keep", "strip"))
+    retries: int = opt(4, "retries per request on 429, 5xx and connection errors (exponential backoff)", ge=0)
+    request_timeout: float = opt(600.0, "seconds to wait for one server reply", gt=0)
 
 
 @dataclass(kw_only=True)

@@ -85,17 +85,59 @@ def run_generate(cfg, target=None) -> dict:
         raise EaglewireError(f"{cfg.out}: already holds a dataset; pass --resume or choose a new --out")
     if (cfg.out / RESPONSES).exists() and not cfg.resume:
         raise EaglewireError(f"{cfg.out}: already holds responses; pass --resume or choose a new --out")
+    if cfg.server is not None and cfg.self_prompts > 0:
+        raise EaglewireError("--self-prompts samples from the target in this process; with --server use --prompts or --topic-prompts")
     cfg.out.mkdir(parents=True, exist_ok=True)
-    target = target or _load(cfg)
-    convs, counts = _collect_prompts(cfg, target)
     s = GenSettings(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                     batch_size=cfg.batch_size, seed=cfg.seed, max_prompt_tokens=cfg.max_prompt_tokens)
+    if cfg.server is not None:
+        return _generate_via_server(cfg, s)
+    target = target or _load(cfg)
+    convs, counts = _collect_prompts(cfg, target)
     stats = generate_responses(target, convs, cfg.out / RESPONSES, s, resume=cfg.resume)
-    res = {"prompts": counts, "responses": stats.done, "resumed": stats.resumed,
-           "skipped_empty": stats.skipped_empty, "skipped_long": stats.skipped_long,
-           "finish": stats.finish, "new_tokens": stats.new_tokens, "tokens_per_s": round(stats.tokens_per_s, 1),
-           "settings": s.as_dict()}
+    res = _gen_result(counts, stats, s.as_dict())
     save_config(cfg, cfg.out / "generate.config.json", {"result": res})
+    return res
+
+
+def _gen_result(counts: dict, stats, settings: dict) -> dict:
+    return {"prompts": counts, "responses": stats.done, "resumed": stats.resumed,
+            "skipped_empty": stats.skipped_empty, "skipped_long": stats.skipped_long,
+            "finish": stats.finish, "new_tokens": stats.new_tokens, "tokens_per_s": round(stats.tokens_per_s, 1),
+            "settings": settings}
+
+
+def _generate_via_server(cfg, s) -> dict:
+    """Answers from the engine the user serves with; provenance says which, and how it was asked."""
+    from ..targets import chat_template_hash, load_tokenizer
+    from .server import FAILURES, ChatClient, ServerSettings, generate_via_server
+
+    ss = ServerSettings(url=cfg.server, model=cfg.model, concurrency=cfg.concurrency, reasoning=cfg.reasoning,
+                        retries=cfg.retries, timeout_s=cfg.request_timeout)
+    client = ChatClient(ss.url, ss.timeout_s, ss.retries, ss.backoff_s)
+    ident = client.identity(ss.model)
+    tok = load_tokenizer(cfg.target)
+    convs, counts = _collect_prompts(cfg, None)
+    stats, sst, tpl_reasoning = generate_via_server(client, ident["model"], tok, convs, cfg.out / RESPONSES, s, ss,
+                                             resume=cfg.resume)
+    settings = {**s.as_dict(), "source": "server", "server": ident, "concurrency": ss.concurrency,
+                "reasoning": {"mode": ss.reasoning, "samples_with_reasoning": sst.with_reasoning,
+                              "stored_as": "reasoning_content" if tpl_reasoning else "inline <think>"},
+                "chat_template": {"local_sha": chat_template_hash(tok),
+                                  "prompt_tokens_checked": sst.prompt_tokens_checked,
+                                  "prompt_tokens_mismatched": sst.prompt_tokens_mismatched}}
+    settings.pop("batch_size")
+    res = _gen_result(counts, stats, settings)
+    res["failed"] = sst.failed
+    if sst.prompt_tokens_mismatched:
+        res["warnings"] = [f"{sst.prompt_tokens_mismatched} of {sst.prompt_tokens_checked} prompts: the server counted "
+                           "a different number of prompt tokens than our chat template gives; it may apply another "
+                           "template than the one extraction uses"]
+    save_config(cfg, cfg.out / "generate.config.json", {"result": res})
+    if sst.failed:
+        raise EaglewireError(f"{cfg.out / FAILURES}: {sst.failed} of {sst.failed + stats.done + stats.skipped_empty} "
+                             f"requests failed after {ss.retries} retries (each error is listed there; nothing partial "
+                             "was written); rerun with --resume to ask again for only those")
     return res
 
 
