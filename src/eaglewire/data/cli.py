@@ -55,7 +55,11 @@ def register(app: typer.Typer) -> None:
 
     def out(fn):
         def run(cfg):
+            from .sharded import rank_world
+
             res = fn(cfg)
+            if rank_world()[0] != 0:  # under torchrun one rank reports the job's (summed) result
+                return
             if cfg.json:
                 print(json.dumps(res, indent=2, default=str))
             else:

@@ -81,12 +81,13 @@ def generate_batch(target, prompts: list[list[int]], s: GenSettings, seed: int) 
     return res
 
 
-def _pending(convs, done_idx: set[int], tokenizer, s: GenSettings, stats: GenStats):
+def _pending(convs, done_idx: set[int], tokenizer, s: GenSettings, stats: GenStats, share=(0, 1)):
+    """What is left to ask, as (index, messages, prompt ids); `share` = (rank, world) takes every world-th."""
     from .prompts import prompt_turns
 
     todo = []
     for i, c in enumerate(convs):
-        if i in done_idx:
+        if i in done_idx or i % share[1] != share[0]:
             continue
         msgs = prompt_turns(c)
         ids = encode_prompt(tokenizer, msgs)
@@ -98,7 +99,8 @@ def _pending(convs, done_idx: set[int], tokenizer, s: GenSettings, stats: GenSta
     return todo
 
 
-def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bool = False) -> GenStats:
+def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bool = False,
+                       share: tuple[int, int] = (0, 1)) -> GenStats:
     """Write `responses.jsonl` rows {index, messages (with the target's answer), ...}."""
     stats = GenStats()
     rows = read_jsonl(out_path) if resume else []
@@ -108,7 +110,7 @@ def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bo
         out_path.unlink()
     done_idx = {r["index"] for r in rows}
     stats.resumed = len(done_idx)
-    todo = _pending(convs, done_idx, target.tokenizer, s, stats)
+    todo = _pending(convs, done_idx, target.tokenizer, s, stats, share)
     writer = JsonlAppender(out_path)
     t0 = time.perf_counter()
     bar = tqdm(total=len(todo), desc="generate", unit="sample", dynamic_ncols=True)

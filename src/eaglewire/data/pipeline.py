@@ -27,8 +27,9 @@ from .config import (
 def _load(cfg):
     from ..device import resolve_device, resolve_dtype
     from ..targets import load_target
+    from .sharded import local_device
 
-    dev = resolve_device(cfg.device)
+    dev = local_device(resolve_device(cfg.device))
     return load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
 
 
@@ -70,9 +71,10 @@ def _locked(fn):
     @functools.wraps(fn)
     def wrapper(cfg, *args, **kwargs):
         from ..locks import dir_lock
+        from .sharded import active, rank0_lock
 
         d = getattr(cfg, "out", None) or cfg.data
-        with dir_lock(d, f"data {fn.__name__.removeprefix('run_')}"):
+        with (rank0_lock if active() else dir_lock)(d, f"data {fn.__name__.removeprefix('run_')}"):
             return fn(cfg, *args, **kwargs)
     return wrapper
 
@@ -93,10 +95,60 @@ def run_generate(cfg, target=None) -> dict:
     if cfg.server is not None:
         return _generate_via_server(cfg, s)
     target = target or _load(cfg)
-    convs, counts = _collect_prompts(cfg, target)
-    stats = generate_responses(target, convs, cfg.out / RESPONSES, s, resume=cfg.resume)
-    res = _gen_result(counts, stats, s.as_dict())
-    save_config(cfg, cfg.out / "generate.config.json", {"result": res})
+    convs, counts = _prompts_everywhere(cfg, target)
+    path, share = _answers_file(cfg)
+    stats = _agree(generate_responses, target, convs, path, s, resume=cfg.resume, share=share)
+    return _finish_generate(cfg, _gen_result(counts, stats, s.as_dict()))
+
+
+def _agree(fn, *args, **kwargs):
+    from .sharded import agree
+
+    return agree(fn, *args, **kwargs)
+
+
+def _prompts_everywhere(cfg, target) -> tuple[list, dict]:
+    """Rank 0 collects (and writes) the prompts; under torchrun the other ranks then read them."""
+    import dataclasses
+
+    from .sharded import active, rank_world
+
+    if not active():
+        return _collect_prompts(cfg, target)
+    first = _agree(lambda: _collect_prompts(cfg, target) if rank_world()[0] == 0 else None)
+    return first or _collect_prompts(dataclasses.replace(cfg, resume=True), target)
+
+
+def _answers_file(cfg) -> tuple[Path, tuple[int, int]]:
+    """Where this process appends answers: `responses.jsonl`, or its rank's file under torchrun."""
+    from .sharded import active, consolidate_responses, rank_responses, rank_world, seed_rank_file
+
+    rank, world = rank_world()
+
+    def fold():  # answers of an interrupted sharded run first go where every rank reads them
+        if rank == 0 and any(cfg.out.glob("responses.rank*.jsonl")):
+            consolidate_responses(cfg.out)
+
+    if cfg.resume:
+        _agree(fold)
+    if not active():
+        return cfg.out / RESPONSES, (0, 1)
+    if cfg.resume:
+        seed_rank_file(cfg.out, rank, world)
+    return rank_responses(cfg.out, rank), (rank, world)
+
+
+def _finish_generate(cfg, res: dict) -> dict:
+    """Under torchrun: rank 0 merges the ranks' answers and writes the summed result."""
+    from .sharded import active, consolidate_responses, gather, rank_world, sum_results
+
+    if active():
+        res = sum_results(gather(res))
+        if rank_world()[0] == 0:
+            consolidate_responses(cfg.out)
+    if rank_world()[0] == 0:
+        save_config(cfg, cfg.out / "generate.config.json", {"result": res})
+    gather(None)  # nobody returns before the merged answers are on disk
     return res
 
 
@@ -117,9 +169,10 @@ def _generate_via_server(cfg, s) -> dict:
     client = ChatClient(ss.url, ss.timeout_s, ss.retries, ss.backoff_s)
     ident = client.identity(ss.model)
     tok = load_tokenizer(cfg.target)
-    convs, counts = _collect_prompts(cfg, None)
-    stats, sst, tpl_reasoning = generate_via_server(client, ident["model"], tok, convs, cfg.out / RESPONSES, s, ss,
-                                             resume=cfg.resume)
+    convs, counts = _prompts_everywhere(cfg, None)
+    path, share = _answers_file(cfg)
+    stats, sst, tpl_reasoning = _agree(generate_via_server, client, ident["model"], tok, convs, path, s, ss,
+                                       resume=cfg.resume, share=share)
     settings = {**s.as_dict(), "source": "server", "server": ident, "concurrency": ss.concurrency,
                 "reasoning": {"mode": ss.reasoning, "samples_with_reasoning": sst.with_reasoning,
                               "stored_as": "reasoning_content" if tpl_reasoning else "inline <think>"},
@@ -133,9 +186,9 @@ def _generate_via_server(cfg, s) -> dict:
         res["warnings"] = [f"{sst.prompt_tokens_mismatched} of {sst.prompt_tokens_checked} prompts: the server counted "
                            "a different number of prompt tokens than our chat template gives; it may apply another "
                            "template than the one extraction uses"]
-    save_config(cfg, cfg.out / "generate.config.json", {"result": res})
-    if sst.failed:
-        raise EaglewireError(f"{cfg.out / FAILURES}: {sst.failed} of {sst.failed + stats.done + stats.skipped_empty} "
+    res = _finish_generate(cfg, res)
+    if res["failed"]:
+        raise EaglewireError(f"{cfg.out / FAILURES}: {res['failed']} of {res['failed'] + res['responses'] + res['skipped_empty']} "
                              f"requests failed after {ss.retries} retries (each error is listed there; nothing partial "
                              "was written); rerun with --resume to ask again for only those")
     return res
@@ -168,7 +221,7 @@ def _settings_from_manifest(cfg):
 @_locked
 def run_extract(cfg, target=None) -> dict:
     from ..points import eagle3_default
-    from .extract import ExtractSettings, extract
+    from .extract import ExtractSettings
     from .jsonl import read_jsonl
 
     rows = [r for r in read_jsonl(cfg.data / RESPONSES) if "messages" in r]
@@ -182,11 +235,30 @@ def run_extract(cfg, target=None) -> dict:
     s = ExtractSettings(points=names, dtype=cfg.store_dtype, batch_tokens=cfg.batch_tokens,
                         max_seq_len=cfg.max_seq_len, shard_samples=cfg.shard_samples)
     t0 = time.perf_counter()
-    man = extract(target, rows, cfg.data, s, gen, resume=cfg.resume)
-    save_config(cfg, cfg.data / "extract.config.json")
+    man = _extract_everywhere(cfg, target, rows, s, gen)
     return {"num_samples": man["num_samples"], "num_tokens": man["num_tokens"], "points": man["points"]["names"],
             "dropped": man["dropped"], "seconds": round(time.perf_counter() - t0, 1),
             "tokens_per_s": round(man["extract_tokens_per_s"], 1)}
+
+
+def _extract_everywhere(cfg, target, rows: list[dict], s, gen: dict) -> dict:
+    """One process writes shards into the dataset; under torchrun each rank writes its share
+    under `rank-<r>/` and rank 0 merges the manifests into the one training reads."""
+    from .extract import extract
+    from .sharded import active, check_ranks, merge_manifests, rank_dir, rank_world
+
+    rank, world = rank_world()
+    _agree(check_ranks, cfg.data, world)
+    if not active():
+        man = extract(target, rows, cfg.data, s, gen, resume=cfg.resume)
+    else:
+        mine = [r for r in rows if r["index"] % world == rank]
+        _agree(extract, target, mine, rank_dir(cfg.data, rank), s, gen, resume=cfg.resume)
+        _agree(lambda: merge_manifests(cfg.data, world) if rank == 0 else None)
+        man = json.loads((cfg.data / "manifest.json").read_text())
+    if rank == 0:
+        save_config(cfg, cfg.data / "extract.config.json")
+    return man
 
 
 def auto_vocab_size(vocab: int) -> int:
@@ -197,6 +269,12 @@ def auto_vocab_size(vocab: int) -> int:
 
 @_locked
 def run_vocab(cfg) -> dict:
+    """Counted over every sample; under torchrun rank 0 counts and the others read its result."""
+    res = _agree(lambda: _vocab(cfg) if _rank() == 0 else None)
+    return res if _rank() == 0 else json.loads((cfg.data / "manifest.json").read_text())["vocab"]
+
+
+def _vocab(cfg) -> dict:
     from .dataset import FeatureDataset
     from .manifest import read_manifest, write_json_atomic
     from .vocab import build_draft_vocab, count_tokens, save_vocab
@@ -239,8 +317,15 @@ def run_build(cfg: DataBuildConfig) -> dict:
     if not (man_path.exists() and _complete_and_intact(cfg.out)):
         res["extract"] = run_extract(ecfg, target)
     res["vocab"] = run_vocab(DataVocabConfig(data=cfg.out, size=cfg.vocab_size))
-    save_config(cfg, cfg.out / "build.config.json")
+    if _rank() == 0:
+        save_config(cfg, cfg.out / "build.config.json")
     return res
+
+
+def _rank() -> int:
+    from .sharded import rank_world
+
+    return rank_world()[0]
 
 
 def info(d: Path, verify: bool = True) -> dict:

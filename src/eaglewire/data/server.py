@@ -214,7 +214,7 @@ def _record(ans: _Answer, writer, stats, sstats: ServerStats, failures: list) ->
 
 
 def generate_via_server(client: ChatClient, model: str, tokenizer, convs, out_path: Path, s: GenSettings,
-                        ss: ServerSettings, resume: bool = False):
+                        ss: ServerSettings, resume: bool = False, share: tuple[int, int] = (0, 1)):
     """Like `generate_responses`, with `concurrency` requests in flight. Returns (GenStats, ServerStats)."""
     from .generate import GenStats, _pending
 
@@ -226,7 +226,7 @@ def generate_via_server(client: ChatClient, model: str, tokenizer, convs, out_pa
         out_path.unlink()
     done_idx = {r["index"] for r in rows}
     stats.resumed = len(done_idx)
-    todo = _pending(convs, done_idx, tokenizer, s, stats)
+    todo = _pending(convs, done_idx, tokenizer, s, stats, share)
     with_reasoning = template_renders_reasoning(tokenizer)
     failures: list[dict] = []
     writer = JsonlAppender(out_path)
@@ -244,6 +244,7 @@ def generate_via_server(client: ChatClient, model: str, tokenizer, convs, out_pa
         pool.shutdown(wait=False, cancel_futures=True)
         writer.close()
         bar.close()
-        rewrite_jsonl(out_path.parent / FAILURES, sorted(failures, key=lambda f: f["index"]))
+        name = FAILURES if share[1] == 1 else f"failures.rank{share[0]}.jsonl"  # merged by rank 0
+        rewrite_jsonl(out_path.parent / name, sorted(failures, key=lambda f: f["index"]))
     stats.seconds = time.perf_counter() - t0
     return stats, sstats, with_reasoning

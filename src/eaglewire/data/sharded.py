@@ -1,0 +1,180 @@
+"""The data stages under torchrun: every rank takes a disjoint share, one dataset results.
+
+Why: a target that needs a GPU per copy makes a single process the bottleneck
+of generation and extraction. Under ``torchrun --nproc_per_node N -m
+eaglewire.cli data build ...`` rank r handles the prompts whose index is r
+modulo N: it appends its answers to ``responses.rank{r}.jsonl`` and writes its
+feature shards under ``rank-{r}/`` with a manifest of its own, so each rank
+resumes exactly as a single process does. Rank 0 holds the directory's write
+lock for the whole job, merges the answers into ``responses.jsonl`` and the
+rank manifests into the one ``manifest.json`` that training, ``data info`` and
+the doctor read. A failure on any rank is raised on every rank, so none waits
+forever at a collective.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from ..errors import EaglewireError
+from .config import RESPONSES
+from .jsonl import read_jsonl, rewrite_jsonl
+from .manifest import MANIFEST, read_manifest, write_json_atomic
+
+
+def rank_world() -> tuple[int, int]:
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def active() -> bool:
+    return rank_world()[1] > 1
+
+
+def _group():
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")  # control messages only: gloo works next to CUDA too
+    return dist
+
+
+def gather(obj) -> list:
+    if not active():
+        return [obj]
+    dist = _group()
+    out = [None] * rank_world()[1]
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def agree(fn, *args, **kwargs):
+    """Run `fn` on every rank; an expected error on any rank is raised on all of them."""
+    err, res = None, None
+    try:
+        res = fn(*args, **kwargs)
+    except EaglewireError as e:
+        err = str(e)
+    errors = [(r, e) for r, e in enumerate(gather(err)) if e]
+    if errors:
+        r, e = errors[0]
+        raise EaglewireError(e if r == rank_world()[0] else f"rank {r}: {e}")
+    return res
+
+
+@contextmanager
+def rank0_lock(d: Path, what: str):
+    """The job holds the directory's lock through rank 0; a second job's ranks all stop."""
+    from ..locks import dir_lock
+
+    stack = ExitStack()
+
+    def take():
+        if rank_world()[0] == 0:
+            stack.enter_context(dir_lock(d, what))
+
+    agree(take)
+    try:
+        yield
+    finally:
+        stack.close()
+
+
+def local_device(dev):
+    """`cuda` under torchrun means this rank's GPU, `cuda:LOCAL_RANK`."""
+    import torch
+
+    if active() and dev.type == "cuda" and dev.index is None:
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return dev
+
+
+def rank_responses(out: Path, rank: int) -> Path:
+    return out / f"responses.rank{rank}.jsonl"
+
+
+def rank_dir(out: Path, rank: int) -> Path:
+    return out / f"rank-{rank:05d}"
+
+
+def consolidate_responses(out: Path) -> int:
+    """Fold every `responses.rank*.jsonl` into `responses.jsonl` (one row per index, sorted); returns rows."""
+    rows = {r["index"]: r for r in read_jsonl(out / RESPONSES)}
+    parts = sorted(out.glob("responses.rank*.jsonl"))
+    for p in parts:
+        rows.update({r["index"]: r for r in read_jsonl(p)})
+    rewrite_jsonl(out / RESPONSES, [rows[i] for i in sorted(rows)])
+    fails = sorted(out.glob("failures.rank*.jsonl"))
+    if fails:
+        rewrite_jsonl(out / "failures.jsonl", sorted((f for p in fails for f in read_jsonl(p)), key=lambda f: f["index"]))
+    for p in parts + fails:
+        p.unlink()
+    return len(rows)
+
+
+def seed_rank_file(out: Path, rank: int, world: int) -> Path:
+    """This rank's answer file, holding what `responses.jsonl` already has of its share (for --resume)."""
+    path = rank_responses(out, rank)
+    rows = {r["index"]: r for r in read_jsonl(out / RESPONSES) if r["index"] % world == rank}
+    rows.update({r["index"]: r for r in read_jsonl(path)})
+    rewrite_jsonl(path, [rows[i] for i in sorted(rows)])
+    return path
+
+
+def sum_results(results: list[dict]) -> dict:
+    """Per-rank generation results as one: counts add up, rates add up (ranks run at once)."""
+    out = dict(results[0])
+    for k in ("responses", "resumed", "skipped_empty", "skipped_long", "new_tokens", "tokens_per_s", "failed"):
+        if k in out:
+            out[k] = sum(r[k] for r in results)
+    out["tokens_per_s"] = round(out["tokens_per_s"], 1)
+    finish: dict = {}
+    for r in results:
+        for k, v in r["finish"].items():
+            finish[k] = finish.get(k, 0) + v
+    out["finish"] = finish
+    out["ranks"] = len(results)
+    return out
+
+
+def merge_manifests(out: Path, world: int) -> dict:
+    """One manifest over the ranks' shards (paths relative to `out`), exact sums of counts and norms."""
+    parts = [read_manifest(rank_dir(out, r)) for r in range(world)]
+    man = {k: v for k, v in parts[0].items() if k not in ("shards", "norm_stats", "extract_tokens_per_s")}
+    man["shards"] = [{**e, "file": f"{rank_dir(out, r).name}/{e['file']}"} for r, p in enumerate(parts)
+                     for e in p["shards"]]
+    for k in ("num_samples", "num_tokens", "num_loss_tokens"):
+        man[k] = sum(p[k] for p in parts)
+    man["dropped"] = {k: sum((p.get("dropped") or {}).get(k, 0) for p in parts) for k in (parts[0].get("dropped") or {})}
+    man["complete"] = all(p["complete"] for p in parts)
+    man["extract_tokens_per_s"] = sum(p.get("extract_tokens_per_s", 0.0) for p in parts)
+    man["ranks"] = world
+    man["norm_stats"] = _merge_norms([p.get("norm_stats") or [] for p in parts])
+    write_json_atomic(out / MANIFEST, man)
+    return man
+
+
+def _merge_norms(per_rank: list[list[dict]]) -> list[dict]:
+    per_rank = [s for s in per_rank if s]
+    if not per_rank:
+        return []
+    out = []
+    for j, first in enumerate(per_rank[0]):
+        n = sum(s[j]["num_tokens"] for s in per_rank)
+        tot = sum(s[j]["sum_norm"] for s in per_rank)
+        out.append({**first, "sum_norm": tot, "num_tokens": n, "mean_norm": tot / max(n, 1),
+                    "max_norm": max(s[j]["max_norm"] for s in per_rank)})
+    return out
+
+
+def check_ranks(out: Path, world: int) -> None:
+    """A dataset extracted by N ranks resumes under N ranks: each rank owns its shard directory."""
+    path = out / MANIFEST
+    if not path.is_file():
+        return
+    made = json.loads(path.read_text()).get("ranks", 1)
+    if made != world:
+        how = f"torchrun --nproc_per_node {made} -m eaglewire.cli" if made > 1 else "a single process"
+        raise EaglewireError(f"{path}: extracted by {made} rank(s), resumed with {world}; resume it with {how}")
