@@ -5,9 +5,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from eaglewire.report import write_report
+from support.ci import cannot_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -53,9 +52,11 @@ def test_report_markdown_and_html_content(tiny_drafter, tmp_path):
     assert html.count("data:image/png;base64") == 2 and "<table>" in html
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_report_renders_in_headless_chromium(tiny_drafter, tmp_path):
     from PIL import Image
+
+    if CHROMIUM is None:
+        cannot_run("Debian's chromium is not installed (.ci/run installs it)")
 
     run = _make_run(tiny_drafter, tmp_path)
     shot = tmp_path / "shot.png"

@@ -10,12 +10,8 @@ import contextlib
 import http.server
 import io
 import json
-import os
-import socket
-import subprocess
 import sys
 import threading
-import time
 import types
 import urllib.error
 import urllib.request
@@ -25,48 +21,18 @@ import pytest
 
 from eaglewire import cli
 from eaglewire.targets import resolve_target_dir
+from support.serve import free_port, transformers_server
 
 N_PROMPTS, NEW_TOKENS = 6, 8
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_health(url: str, proc, seconds: float = 180.0) -> None:
-    t0 = time.time()
-    while time.time() - t0 < seconds:
-        if proc.poll() is not None:
-            raise RuntimeError(f"transformers serve exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(1.0)
-    raise RuntimeError("transformers serve did not become healthy")
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    exe = Path(sys.executable).with_name("transformers")
-    if not exe.exists():
-        pytest.fail("the `transformers` CLI is missing from the venv (install transformers[serving], see pyproject)")
-    model = resolve_target_dir("tiny:llama")
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("serve") / "serve.log", "w")
-    proc = subprocess.Popen([str(exe), "serve", str(model), "--port", str(port), "--device", "cpu", "--dtype", "float32"],
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    url = f"http://127.0.0.1:{port}"
     try:
-        _wait_health(url, proc)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+        with transformers_server(resolve_target_dir("tiny:llama"), tmp_path_factory.mktemp("serve") / "serve.log") as url:
+            yield url
+    except RuntimeError as e:  # a missing server is a failure, never a skip
+        pytest.fail(str(e))
 
 
 def _prompts(tmp_path) -> Path:
@@ -200,7 +166,7 @@ def test_retries_transient_errors_and_reports_failed_samples(proxy, tmp_path):
 def test_bad_server_and_model_are_one_line_errors(server, tmp_path):
     prompts = _prompts(tmp_path)
     base = ["data", "generate", "--target", "tiny:llama", "--prompts", prompts, "--retries", 0]
-    r = _run(*base, "--out", tmp_path / "a", "--server", f"http://127.0.0.1:{_free_port()}")
+    r = _run(*base, "--out", tmp_path / "a", "--server", f"http://127.0.0.1:{free_port()}")
     assert r.returncode == 2 and "cannot list models" in r.stderr and "Traceback" not in r.stderr
     r = _run(*base, "--out", tmp_path / "b", "--server", server, "--model", "nope")
     assert r.returncode == 2 and "--model 'nope': not served by" in r.stderr

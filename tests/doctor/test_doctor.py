@@ -208,3 +208,34 @@ def test_dataset_doctor_checks_shards_and_fingerprint(tiny_drafter, tiny_targets
     (d / "manifest.json").write_text(json.dumps(man))
     rep = doctor_dataset(d, tiny_targets["llama"])
     assert rep.failed and not _check(rep, "target").ok and "num_layers" in _check(rep, "target").detail
+
+
+@pytest.mark.parametrize("fmt", ["sglang", "vllm", "speculators"])
+def test_rope_and_norm_fields_are_checked_against_training(tiny_drafter, tmp_path, fmt):
+    """Fields no weight shape reveals: an export passes; an edited rope base, a dropped eps (the
+    engine's default 1e-6 then applies) or flipped norm placement each fail with the value to set."""
+    from eaglewire.doctor.cli import _trained_model_config
+    from eaglewire.export.exporter import ExportConfig, run_export
+
+    ckpt, _ = tiny_drafter
+    trained = read_provenance(ckpt)["points"]["names"]
+    engine = {"sglang": "sglang", "vllm": "vllm", "speculators": "speculators"}[fmt]
+    out = tmp_path / fmt
+    run_export(ExportConfig(ckpt=ckpt, format=fmt, out=out))
+    tcfg = _trained_model_config(out)  # found through the export's record of its checkpoint
+    assert tcfg == json.loads((ckpt / "config.json").read_text())["eaglewire_drafter_config"]
+    assert _check(doctor_config(out, engine, L, trained, None, None, tcfg), "rope / norm").ok
+
+    cfg = json.loads((out / "config.json").read_text())
+    layer = cfg.get("transformer_layer_config") or cfg
+    tcfg = {**tcfg, "rope_theta": 500000.0}  # as if trained with a long-context rope base...
+    layer.pop("rope_theta", None)  # ...and served without the key: the engine's 10000 applies
+    layer.pop("rope_parameters", None)
+    layer["rms_norm_eps"] = tcfg["rms_norm_eps"] * 10
+    layer["norm_before_residual"] = not tcfg["norm_before_residual"]
+    (out / "config.json").write_text(json.dumps(cfg))
+    c = _check(doctor_config(out, engine, L, trained, None, None, tcfg), "rope / norm")
+    assert not c.ok and "rope_theta is 10000.0 (absent: the engine default), trained with 500000.0" in c.detail
+    assert '"rope_theta": 500000.0' in c.fix and f'"rms_norm_eps": {json.dumps(tcfg["rms_norm_eps"])}' in c.fix
+    assert '"norm_before_residual"' in c.fix and "rope_scaling" not in c.fix
+    assert _check(doctor_config(out, engine, L, trained, None, None, None), "rope / norm").level == "warning"

@@ -99,9 +99,33 @@ def run_config(cfg: DoctorEngineConfig) -> None:
         L, serving_sha = t.num_layers, chat_template_hash(t.tokenizer)
     engine = "sglang-new" if cfg.engine == "sglang" and cfg.engine_version == "new" else cfg.engine
     rep = doctor_config(cfg.drafter_dir, engine, L, (prov.get("points") or {}).get("names"),
-                        prov.get("chat_template_sha"), serving_sha)
+                        prov.get("chat_template_sha"), serving_sha, _trained_model_config(src))
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
+
+
+def _trained_model_config(src: Path) -> dict | None:
+    """The draft layer's config at training time: in an eaglewire checkpoint, or in the one an export came from."""
+    import json
+
+    from ..drafter.checkpoint import resolve_dir
+    from ..errors import EaglewireError
+
+    candidates = [src]
+    record = src / "eaglewire.export.json"
+    if record.is_file():
+        try:
+            candidates.append(resolve_dir(Path(json.loads(record.read_text()).get("source") or "")))
+        except (EaglewireError, ValueError, OSError):
+            pass  # the checkpoint it came from is gone: only what the export recorded is known
+    for d in candidates:
+        try:
+            raw = json.loads((d / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(raw, dict) and isinstance(raw.get("eaglewire_drafter_config"), dict):
+            return raw["eaglewire_drafter_config"]
+    return None
 
 
 def run_online(cfg: DoctorOnlineConfig) -> None:

@@ -143,8 +143,57 @@ def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
             "export the EAGLE-3 checkpoint including fc.weight")
 
 
+# Fields the engines read into the draft layer that no weight shape reveals, with the value an engine
+# assumes when config.json omits them (transformers' LlamaConfig defaults, which SGLang and vLLM build
+# the draft layer's config from; vLLM reads norm_before_residual with default False).
+NUMERIC_FIELDS = {"rope_theta": 10000.0, "rope_scaling": None, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+                  "norm_before_residual": False}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(a - b) <= 1e-6 * max(abs(a), abs(b))  # float32 round trips of eps and theta
+    return a == b
+
+
+def _serving_value(cfg: dict, key: str):
+    layer = cfg.get("transformer_layer_config") or cfg  # speculators nests the layer's config
+    if key == "rope_theta" and key not in layer and isinstance(layer.get("rope_parameters"), dict):
+        return layer["rope_parameters"].get("rope_theta", NUMERIC_FIELDS[key])  # transformers 5 layout
+    return layer.get(key, NUMERIC_FIELDS[key])
+
+
+def check_numerics(cfg: dict, trained_cfg: dict | None, rep: Report) -> None:
+    """RoPE base and scaling, norm eps, activation and norm placement as served vs as trained.
+
+    A wrong rope_theta or eps changes every draft logit without any shape error, so
+    it shows up only as a low acceptance: the seeds' symptom, from another cause.
+    """
+    if not trained_cfg:
+        rep.add("rope / norm", False, "the drafter's training config is unknown: rope_theta, rope_scaling, "
+                "rms_norm_eps and norm placement are not checked", "pass --trained-on CKPT", level="warning")
+        return
+    bad = []
+    for key, default in NUMERIC_FIELDS.items():
+        want = trained_cfg.get(key, "silu" if key == "hidden_act" else default)
+        got = _serving_value(cfg, key)
+        if not _same(got, want):
+            given = key in (cfg.get("transformer_layer_config") or cfg)
+            bad.append(f"{key} is {got!r}{'' if given else ' (absent: the engine default)'}, trained with {want!r}")
+    trained_len = trained_cfg.get("max_position_embeddings")
+    served_len = (cfg.get("transformer_layer_config") or cfg).get("max_position_embeddings")
+    rep.add("rope / norm", not bad, "; ".join(bad) or "rope_theta, rope_scaling, rms_norm_eps, hidden_act and "
+            "norm_before_residual match training", "set " + ", ".join(
+                f'"{k}": {json.dumps(trained_cfg.get(k, NUMERIC_FIELDS[k]))}' for k in NUMERIC_FIELDS
+                if any(b.startswith(k + " ") for b in bad)) + " in config.json")
+    if trained_len and served_len and served_len < trained_len:
+        rep.add("max positions", False, f"max_position_embeddings {served_len} < {trained_len} the drafter was built "
+                "with: the engine may refuse or truncate long contexts",
+                f'set "max_position_embeddings": {trained_len}', level="warning")
+
+
 def doctor_config(d: Path, engine: str, L: int | None, trained: list[str] | None, trained_sha: str | None,
-                  serving_sha: str | None) -> Report:
+                  serving_sha: str | None, trained_cfg: dict | None = None) -> Report:
     rep = Report("config")
     p = Path(d) / "config.json"
     if not p.is_file():
@@ -193,6 +242,7 @@ def doctor_config(d: Path, engine: str, L: int | None, trained: list[str] | None
         if w:
             rep.add("sglang version", False, w, "pin the SGLang version, or use ids whose first entry is not 1", level="warning")
     _check_weights(Path(d), cfg, rep)
+    check_numerics(cfg, trained_cfg, rep)
     if trained_sha and serving_sha:
         rep.add("chat template", trained_sha == serving_sha,
                 f"training data used template {trained_sha}, serving uses {serving_sha}",
