@@ -53,6 +53,10 @@ CASES = [
      ["manifest.json"]),
     ("data-import-nothing", lambda t: ["data", "import", str(t / "empty"), "--out", str(t / "imp")], ["empty"]),
     ("train-missing-data", lambda t: ["train", "--data", str(t / "nodata"), "--out", str(t / "r")], ["nodata"]),
+    ("train-online-missing-data", lambda t: ["train", "--online", "--target", "tiny:llama", "--data", str(t / "nodata"),
+                                             "--out", str(t / "r")], ["nodata", "responses.jsonl"]),
+    ("train-online-no-responses", lambda t: ["train", "--online", "--target", "tiny:llama", "--data", str(t / "empty"),
+                                             "--out", str(t / "r")], ["empty", "responses.jsonl"]),
     ("train-negative-lr", lambda t: ["train", "--data", str(t), "--out", str(t / "r"), "--lr", "-1"], ["--lr"]),
     ("generate-bad-mode", lambda t: ["generate", "--prompt", "hi", "--target", "tiny:llama", "--mode", "fast"],
      ["--mode", "plain, chain, tree"]),
@@ -76,6 +80,13 @@ CASES = [
     ("doctor-online-missing", lambda t: ["doctor", "online", "--drafter", str(t / "nockpt"), "--data", str(t)],
      ["nockpt"]),
     ("demo-bad-preset", lambda t: ["demo", "--preset", "huge", "--run-dir", str(t / "d")], ["huge"]),
+    ("plan-missing-config", lambda t: ["plan", "--model-config", str(t / "nowhere.json")], ["nowhere.json", "no such file"]),
+    ("plan-config-not-json", lambda t: ["plan", "--model-config", str(_write(t / "cfg" / "config.json", "{oops"))],
+     ["config.json", "JSON"]),
+    ("plan-config-no-hidden-size", lambda t: ["plan", "--model-config", str(_write(t / "cfg" / "config.json", json.dumps(
+        {"model_type": "llama", "num_hidden_layers": 8, "num_attention_heads": 4, "vocab_size": 100})))],
+     ["config.json", "hidden_size"]),
+    ("plan-negative-samples", lambda t: ["plan", "--target", "tiny:llama", "--samples", "-5"], ["--samples", ">= 1"]),
 ]
 
 

@@ -118,3 +118,20 @@ def test_cli_capture_writes_points(tmp_path):
     d = load_file(out)
     assert set(d) == {"embed", "layers.2.out", "final_norm", "input_ids"}
     assert d["embed"].shape == (d["input_ids"].shape[0], 64)
+
+
+def test_fingerprint_does_not_depend_on_the_load_dtype():
+    """A dataset extracted on CUDA (target in bf16) belongs to the same target as CPU training (fp32)."""
+    import torch
+
+    from eaglewire.targets import fingerprint_mismatch, load_target, target_fingerprint
+
+    fp32 = target_fingerprint(load_target("tiny:llama"))
+    bf16 = target_fingerprint(load_target("tiny:llama", dtype=torch.bfloat16))
+    assert fp32["embedding_sha"] != bf16["embedding_sha"]  # the raw bytes do differ...
+    assert fingerprint_mismatch(fp32, bf16) == []  # ...the target does not
+    other = target_fingerprint(load_target("tiny:qwen3"))
+    assert "embedding_sha_bf16" in fingerprint_mismatch(fp32, other)
+    old = {k: v for k, v in fp32.items() if k != "embedding_sha_bf16"}  # a record from before the bf16 hash
+    assert fingerprint_mismatch(old, fp32) == []
+    assert fingerprint_mismatch(old, bf16) == ["embedding_sha"]

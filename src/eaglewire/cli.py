@@ -164,7 +164,7 @@ def _register_stages() -> None:
     import importlib
 
     for mod in ("eaglewire.data.cli", "eaglewire.train", "eaglewire.decoding.cli", "eaglewire.export.cli",
-                "eaglewire.doctor.cli", "eaglewire.demo"):
+                "eaglewire.doctor.cli", "eaglewire.demo", "eaglewire.plan"):
         m = importlib.import_module(mod)
         m.register(app)
 

@@ -236,7 +236,11 @@ def target_fingerprint(target: Target) -> dict:
             "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "tie_word_embeddings")
     cfg_core = {k: cfg.get(k) for k in keep}
     vocab = json.dumps(sorted(target.tokenizer.get_vocab().items()), ensure_ascii=False).encode()
-    emb = target.model.get_input_embeddings().weight.detach().to("cpu", torch.float32).contiguous()
+    w = target.model.get_input_embeddings().weight.detach().to("cpu")
+    emb = w.to(torch.float32).contiguous()
+    # Rounded to bf16 the bytes no longer depend on the dtype the target was loaded in (fp32 here,
+    # bf16 on CUDA): a dataset extracted on a GPU is the same target's to a CPU training run.
+    emb16 = w.to(torch.bfloat16).contiguous().view(torch.int16)
     return {
         "model_type": cfg.get("model_type"),
         "num_layers": target.num_layers,
@@ -245,9 +249,16 @@ def target_fingerprint(target: Target) -> dict:
         "config_sha": _sha(json.dumps(cfg_core, sort_keys=True).encode()),
         "tokenizer_sha": _sha(vocab),
         "embedding_sha": _sha(emb.numpy().tobytes()),
+        "embedding_sha_bf16": _sha(emb16.numpy().tobytes()),
     }
 
 
 def fingerprint_mismatch(a: dict, b: dict) -> list[str]:
-    """Field names on which two fingerprints differ (empty when same target)."""
-    return [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    """Field names on which two fingerprints differ (empty when same target).
+
+    The load-dtype-independent `embedding_sha_bf16` decides when both records have it;
+    records written before it existed compare on `embedding_sha` alone.
+    """
+    both16 = "embedding_sha_bf16" in a and "embedding_sha_bf16" in b
+    skip = {"embedding_sha"} if both16 else {"embedding_sha_bf16"}
+    return [k for k in sorted((set(a) | set(b)) - skip) if a.get(k) != b.get(k)]

@@ -4,18 +4,20 @@ Exactness choices:
 - the loss of a step is normalised by the number of loss-masked tokens of the
   whole *global* batch (all micro-batches, all ranks), computed up front from
   the data. Each micro-batch contributes sum-of-CE / N_global, so gradient
-  accumulation and DDP (gradients averaged over ranks, hence x world size)
-  give the same update as one process with the whole batch;
+  accumulation and DDP (DistributedDataParallel averages gradients over ranks,
+  hence x world size) give the same update as one process with the whole batch;
 - the sample order is a pure function of (seed, step) (a seeded permutation
   per epoch) and the drafter has no dropout, so no RNG state is needed:
   model, optimizer and step are the resumable state, and a killed and resumed
   run reads the same samples in the same order and follows the same losses
-  (both tested).
+  (both tested);
+- `--online` swaps the feature shards for the target's forward on the same
+  responses (`online.py`), sample for sample, so the losses are the same.
 """
 
 from __future__ import annotations
 
-import csv
+import functools
 import json
 import math
 import os
@@ -24,26 +26,37 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from tqdm import tqdm
 
-from .atomic import atomic_dir
 from .config import check_ranges, config_to_dict, opt, save_config
 from .data.dataset import FeatureDataset, collate
+from .data.settings import ExtractSettings
+from .dist import CallThrough, Dist, unwrap
 from .drafter import DrafterConfig, Eagle3Drafter
-from .drafter.checkpoint import load_state, save_checkpoint
+from .drafter.checkpoint import save_checkpoint
 from .drafter.ttt import target_full_argmax, ttt_forward
 from .drafter.warmstart import INITS, deepest_layer_slot, init_from_target_layer, init_head
 from .errors import EaglewireError
+from .runstate import MetricsLog, load_run_state, save_state
 
 _STEP_DELAY = float(os.environ.get("EAGLEWIRE_STEP_DELAY", "0"))  # lets crash tests kill a real run
 
 
 @dataclass
 class TrainConfig:
-    data: Path = opt(help="dataset directory (eaglewire data build)")
+    data: Path = opt(help="dataset directory (eaglewire data build; with --online, data generate)")
     out: Path = opt(help="run directory: drafter/ (the checkpoint), state/, metrics.csv, tb/")
-    target: str = opt("", "target; default: the one recorded in the dataset manifest (must match its fingerprint)")
+    target: str = opt("", "target; default: the one recorded in the dataset manifest (must match its fingerprint), "
+                      "with --online the one generate.config.json records")
+    online: bool = opt(False, "run the target inside the loop on --data's responses.jsonl: no feature shards read or stored")
+    points: list[str] = opt(help="--online: capture points (repeat or comma-separate); default: the EAGLE-3 triple",
+                            factory=list)
+    store_dtype: str = opt(ExtractSettings.dtype, "--online: round features to this dtype, as `data extract "
+                           "--store-dtype` stores them (same losses as offline)", choices=("fp32", "bf16", "fp16"))
+    dtype: str = opt("auto", "--online: target compute dtype (auto: bf16 on CUDA, fp32 on CPU)",
+                     choices=("auto", "fp32", "bf16", "fp16"))
+    vocab_size: int = opt(0, "--online without vocab.safetensors in --data: draft vocab size, counted over the "
+                          "responses as `data vocab` does (0 = auto)", ge=0)
     max_steps: int = opt(0, "optimizer steps; 0 = --epochs full passes", ge=0)
     epochs: int = opt(1, "passes over the training split when --max-steps is 0", ge=1)
     batch_size: int = opt(4, "samples per micro-batch per process", ge=1)
@@ -59,6 +72,8 @@ class TrainConfig:
     ttt_decay: float = opt(0.8, "weight of step k is decay**k", gt=0, le=1)
     target_temperature: float = opt(1.0, "temperature of the target distribution the drafter learns "
                                     "(1 = forward KL to q; 0 = one-hot on the target's argmax)", ge=0)
+    lk_weight: float = opt(0.0, "weight of the LK loss -log(sum min(p, q)) added to the KL (acceptance-aware, "
+                           "arXiv 2602.23881); 0 = KL only", ge=0)
     max_len: int = opt(1024, "samples are truncated to this many tokens", ge=3)
     val_fraction: float = opt(0.05, "share of samples held out for validation", ge=0, lt=1)
     seed: int = opt(0, "seed for init, split and order")
@@ -80,33 +95,6 @@ class TrainConfig:
 
 
 _RESUME_FREE = {"resume", "json", "device", "log_every"}
-
-
-class Dist:
-    """torchrun awareness: rank/world from the environment, gloo on CPU, nccl on CUDA."""
-
-    def __init__(self, device: torch.device):
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def all_sum(self, t: torch.Tensor) -> torch.Tensor:
-        if self.world > 1:
-            dist.all_reduce(t)
-        return t
-
-    def average_grads(self, params) -> None:
-        if self.world == 1:
-            return
-        for p in params:
-            if p.grad is not None:
-                dist.all_reduce(p.grad)
-                p.grad /= self.world
 
 
 def split_indices(n: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -174,22 +162,30 @@ class ArgmaxCache:
         return len(self.ds)
 
     def __getitem__(self, i: int) -> dict:
-        item = self.ds[i]
-        if i not in self.cache:
-            th = item["target_hidden"].to(self.head_w.device, torch.float32)
-            self.cache[i] = target_full_argmax(th, self.head_w).cpu()  # [T]
-        return {**item, "target_argmax": self.cache[i]}
+        return self.get_batch([i])[0]
+
+    def get_batch(self, ids: list[int]) -> list[dict]:
+        """Samples `ids` (an online dataset computes them in one target forward)."""
+        items = self.ds.get_batch(ids) if hasattr(self.ds, "get_batch") else [self.ds[i] for i in ids]
+        for i, item in zip(ids, items):
+            if i not in self.cache:
+                th = item["target_hidden"].to(self.head_w.device, torch.float32)  # [T, Ht]
+                self.cache[i] = target_full_argmax(th, self.head_w).cpu()  # [T]
+        return [{**item, "target_argmax": self.cache[i]} for i, item in zip(ids, items)]
 
 
 def _micro_batch_loss(model, batch: dict, head_w: torch.Tensor, cfg: TrainConfig, n_global: torch.Tensor,
                       world: int, device) -> tuple[torch.Tensor, list, list, float]:
+    """`model`: a drafter, or the (DDP-wrapped) `CallThrough` of one whose forward is `ttt_forward`."""
+    fwd = functools.partial(ttt_forward, model) if isinstance(model, Eagle3Drafter) else model
     feats = batch["features"].to(device=device, dtype=torch.float32).flatten(2)  # [B, T, P*H]
-    out = ttt_forward(model, feats, batch["input_ids"].to(device), batch["target_hidden"].to(device, torch.float32),
-                      head_w, loss_mask=batch["loss_mask"].to(device), attention_mask=batch["attention_mask"].to(device),
-                      target_argmax=batch["target_argmax"].to(device) if "target_argmax" in batch else None,
-                      steps=cfg.ttt_steps, decay=cfg.ttt_decay, target_temperature=cfg.target_temperature)
+    out = fwd(feats, batch["input_ids"].to(device), batch["target_hidden"].to(device, torch.float32),
+              head_w, loss_mask=batch["loss_mask"].to(device), attention_mask=batch["attention_mask"].to(device),
+              target_argmax=batch["target_argmax"].to(device) if "target_argmax" in batch else None,
+              steps=cfg.ttt_steps, decay=cfg.ttt_decay, target_temperature=cfg.target_temperature,
+              lk_weight=cfg.lk_weight)
     total = sum(cfg.ttt_decay ** k * loss_k * n_k for k, (loss_k, n_k) in enumerate(zip(out.step_losses, out.counts)))
-    # sum of CE over the global batch / N_global, times world (DDP averages gradients)
+    # sum of CE over the global batch / N_global, times world (DDP divides the summed gradients by world)
     loss = total * world / n_global.clamp(min=1)
     return loss, out.correct, out.counts, float(total.detach())
 
@@ -199,11 +195,13 @@ def _finite(batch: dict) -> bool:
 
 
 def train_step(model, opt, ds, ids: list[int], head_w, cfg: TrainConfig, dd: Dist, device) -> dict:
-    """One optimizer step over the global batch `ids` (this rank's share, in micro-batches)."""
+    """One optimizer step over the global batch `ids` (this rank's share, in micro-batches).
+
+    `model` is the (DDP-wrapped) TTT module; DDP all-reduces during the last micro-batch's backward."""
     per_rank = len(ids) // dd.world
     mine = ids[dd.rank * per_rank:(dd.rank + 1) * per_rank]
     micro = [mine[i:i + cfg.batch_size] for i in range(0, len(mine), cfg.batch_size)]
-    batches = [collate([ds[i] for i in m]) for m in micro]
+    batches = [collate(ds.get_batch(m)) for m in micro]
     bad = [j for j, b in enumerate(batches) if not _finite(b)]
     flag = dd.all_sum(torch.tensor(float(len(bad))))
     if float(flag) > 0:
@@ -213,14 +211,14 @@ def train_step(model, opt, ds, ids: list[int], head_w, cfg: TrainConfig, dd: Dis
     opt.zero_grad(set_to_none=True)
     k = cfg.ttt_steps
     correct, counts, loss_sum, toks = torch.zeros(k), torch.zeros(k), 0.0, 0
-    for b in batches:
-        loss, c, n, s = _micro_batch_loss(model, b, head_w, cfg, n_global, dd.world, device)
-        loss.backward()
+    for j, b in enumerate(batches):
+        with dd.no_sync(model, sync=j == len(batches) - 1):
+            loss, c, n, s = _micro_batch_loss(model, b, head_w, cfg, n_global, dd.world, device)
+            loss.backward()
         correct += torch.tensor([float(x) for x in c])
         counts += torch.tensor([float(x) for x in n])
         loss_sum += s
         toks += int(b["attention_mask"].sum())
-    dd.average_grads(p for p in model.parameters() if p.requires_grad)
     gnorm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
     if not torch.isfinite(gnorm):
         return {"skipped": True, "nonfinite_grad": True}
@@ -237,7 +235,7 @@ def evaluate(model, ds, idx: list[int], head_w, cfg: TrainConfig, device, dd: Di
     correct, counts, loss_sum, n_tok = torch.zeros(k), torch.zeros(k), 0.0, 0.0
     mine = idx[dd.rank::dd.world]
     for i in range(0, len(mine), cfg.batch_size):
-        b = collate([ds[j] for j in mine[i:i + cfg.batch_size]])
+        b = collate(ds.get_batch(mine[i:i + cfg.batch_size]))
         if not _finite(b):
             continue
         n = torch.tensor(1.0)
@@ -252,64 +250,7 @@ def evaluate(model, ds, idx: list[int], head_w, cfg: TrainConfig, device, dd: Di
     return {"loss": float(stats[2 * k] / max(float(stats[2 * k + 1]), 1.0)), "acc": acc}
 
 
-class MetricsLog:
-    """metrics.csv (truncated to the resumed step, so a resumed run has one clean trajectory) + TensorBoard."""
-
-    def __init__(self, out: Path, k: int, resume_step: int | None, enabled: bool):
-        self.enabled = enabled
-        self.path = out / "metrics.csv"
-        self.fields = ["split", "step", "epoch", "loss", *[f"acc_{j}" for j in range(k)], "lr", "tokens_per_s", "grad_norm"]
-        if not enabled:
-            return
-        rows = []
-        if resume_step is not None and self.path.exists():
-            with open(self.path) as f:
-                rows = [r for r in csv.DictReader(f) if int(r["step"]) <= resume_step]
-        with open(self.path, "w", newline="") as f:
-            w = csv.DictWriter(f, self.fields)
-            w.writeheader()
-            w.writerows(rows)
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.tb = SummaryWriter(str(out / "tb"))
-
-    def write(self, row: dict) -> None:
-        if not self.enabled:
-            return
-        with open(self.path, "a", newline="") as f:
-            csv.DictWriter(f, self.fields).writerow({k: row.get(k, "") for k in self.fields})
-        for k, v in row.items():
-            if isinstance(v, (int, float)) and k not in ("step", "epoch"):
-                self.tb.add_scalar(f"{row['split']}/{k}", v, row["step"])
-
-    def close(self):
-        if self.enabled:
-            self.tb.close()
-
-
-def _save_state(out: Path, model, opt, step: int, extra: dict) -> None:
-    from safetensors.torch import save_file
-
-    with atomic_dir(out / "state") as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-        torch.save(opt.state_dict(), tmp / "optimizer.pt")
-        (tmp / "meta.json").write_text(json.dumps({"step": step, **extra}))
-
-
-def _load_state(out: Path, model, opt) -> dict:
-    import json
-
-    st = out / "state"
-    if not (st / "meta.json").is_file():
-        raise EaglewireError(f"{out}: --resume but no saved state in {st}")
-    model.load_state_dict(load_state(st / "model.safetensors"), strict=True)
-    opt.load_state_dict(torch.load(st / "optimizer.pt", weights_only=True))
-    return json.loads((st / "meta.json").read_text())
-
-
 def _check_resume_config(cfg: TrainConfig) -> None:
-    import json
-
     p = cfg.out / "train.config.json"
     if not p.is_file():
         raise EaglewireError(f"{cfg.out}: --resume but no train.config.json there")
@@ -326,6 +267,13 @@ def _setup(cfg: TrainConfig, device):
     from .data.vocab import load_vocab
     from .targets import fingerprint_mismatch, load_target, recorded_source, target_fingerprint
 
+    if cfg.online:
+        from .online import setup_online
+
+        return setup_online(cfg, device)
+    if cfg.points or cfg.vocab_size:
+        raise EaglewireError(f"{cfg.data}: --points and --vocab-size apply to --online only (extracted features "
+                             "have their points and vocab)")
     ds = FeatureDataset(cfg.data, max_len=cfg.max_len)
     man = ds.manifest
     names = man["points"].get("names") or []
@@ -361,10 +309,8 @@ def run_train(cfg: TrainConfig) -> dict:
     from .device import resolve_device
 
     check_ranges(cfg)  # also when built in code, not through the CLI
-    device = resolve_device(cfg.device)
-    dd = Dist(device)
-    if dd.world > 1 and device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    dd = Dist(resolve_device(cfg.device))
+    device = dd.device  # cuda:LOCAL_RANK under torchrun
     if not dd.main:  # rank 0 alone writes the run directory (and holds its lock)
         return _run_train(cfg, device, dd)
     from .locks import dir_lock
@@ -390,18 +336,22 @@ def _run_train(cfg: TrainConfig, device, dd: Dist) -> dict:
     model = build_drafter(cfg, target, man, vocab.selected, ds).to(device).train()
     head_w = target.model.get_output_embeddings().weight.detach().to(device, torch.float32)  # [V, Ht]
     del target
+    if cfg.online:
+        ds.place(device)
     ds = ArgmaxCache(ds, head_w)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     start, skipped = 0, 0
     if cfg.resume:
-        meta = _load_state(cfg.out, model, opt)
+        meta = load_run_state(cfg.out, model, opt)
         start, skipped = meta["step"], meta.get("skipped", 0)
     if dd.main:
         cfg.out.mkdir(parents=True, exist_ok=True)
         save_config(cfg, cfg.out / "train.config.json", {"total_steps": total, "world_size": dd.world})
     log = MetricsLog(cfg.out, cfg.ttt_steps, start if cfg.resume else None, dd.main)
-    val = _loop(cfg, model, opt, ds, train_idx, val_idx, head_w, dd, device, log, start, total, per_step, skipped)
+    net = dd.wrap(CallThrough(model, ttt_forward))  # DDP under torchrun
+    val = _loop(cfg, net, opt, ds, train_idx, val_idx, head_w, dd, device, log, start, total, per_step, skipped)
+    del net  # before dd.close(): see Dist.close
     if dd.main:
         prov.update(training={"config": config_to_dict(cfg), "total_steps": total, "world_size": dd.world,
                               "skipped_batches": val.pop("skipped")}, validation=val,
@@ -410,12 +360,12 @@ def _run_train(cfg: TrainConfig, device, dd: Dist) -> dict:
                            "val_indices": val_idx})
         save_checkpoint(cfg.out / "drafter", model, man["points"]["names"], man["target"]["fingerprint"]["num_layers"], prov)
     log.close()
-    if dd.world > 1:
-        dist.destroy_process_group()
+    dd.close()
     return {"drafter": str(cfg.out / "drafter"), "steps": total, "validation": val}
 
 
-def _loop(cfg, model, opt, ds, train_idx, val_idx, head_w, dd, device, log, start, total, per_step, skipped) -> dict:
+def _loop(cfg, net, opt, ds, train_idx, val_idx, head_w, dd, device, log, start, total, per_step, skipped) -> dict:
+    model = unwrap(net)
     per_epoch = max(1, len(train_idx) // per_step)
     bar = tqdm(total=total, initial=start, desc="train", unit="step", disable=not dd.main, dynamic_ncols=True)
     val: dict = {}
@@ -424,7 +374,7 @@ def _loop(cfg, model, opt, ds, train_idx, val_idx, head_w, dd, device, log, star
         for g in opt.param_groups:
             g["lr"] = lr
         t0 = time.perf_counter()
-        r = train_step(model, opt, ds, global_batch(train_idx, step, per_step, cfg.seed), head_w, cfg, dd, device)
+        r = train_step(net, opt, ds, global_batch(train_idx, step, per_step, cfg.seed), head_w, cfg, dd, device)
         if r.get("skipped"):
             if cfg.nan_policy == "stop":
                 raise EaglewireError(f"step {step}: non-finite values in the batch or its gradients (--nan-policy stop)")
@@ -443,7 +393,7 @@ def _loop(cfg, model, opt, ds, train_idx, val_idx, head_w, dd, device, log, star
             log.write({"split": "val", "step": step + 1, "epoch": step // per_epoch, "loss": val["loss"],
                        **{f"acc_{j}": a for j, a in enumerate(val["acc"])}})
         if dd.main and ((step + 1) % cfg.save_every == 0 or step + 1 == total):
-            _save_state(cfg.out, model, opt, step + 1, {"skipped": skipped})
+            save_state(cfg.out, model, opt, step + 1, {"skipped": skipped})
         if _STEP_DELAY:
             time.sleep(_STEP_DELAY)
     bar.close()
@@ -465,8 +415,6 @@ def _check_skipped(cfg: TrainConfig, skipped: int, total: int) -> None:
 
 
 def register(app) -> None:
-    import json
-
     from .config import build_command
 
     def run(cfg: TrainConfig) -> None:

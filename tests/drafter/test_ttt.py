@@ -231,3 +231,31 @@ def test_hard_targets_are_plain_cross_entropy_on_the_target_argmax():
     torch.testing.assert_close(out.step_losses[0], ref)
     sharp = ttt_forward(model, steps=1, target_temperature=0.5, **batch)
     assert not torch.allclose(sharp.loss, out.loss) and not torch.allclose(sharp.loss, ttt_forward(model, steps=1, **batch).loss)
+
+
+@pytest.mark.parametrize("gather", [True, False])
+def test_lk_loss_adds_negative_log_acceptance(monkeypatch, gather):
+    """lk_weight w: each step's loss is KL-CE + w * -log(sum_x min(p, q)), checked against a per-position
+    loop over the plain KL run's own quantities; on either path (gathered rows or masked full rows)."""
+    real = ttt_mod._step_loss
+    monkeypatch.setattr(ttt_mod, "_step_loss", lambda *a, **k: real(*a, **{**k, "gather": gather}))
+    model = make_model(draft_vocab_size=V)
+    batch = make_batch(b=2, t=8)
+    kl = ttt_forward(model, steps=2, **batch)
+    w = 0.7
+    both = ttt_forward(model, steps=2, lk_weight=w, **batch)
+    tg = ttt_mod.prepare_targets(model, batch["target_hidden"], batch["target_head_weight"], batch["loss_mask"],
+                                 batch["attention_mask"])
+    hidden = model.project(batch["features"])
+    tokens = torch.cat([batch["input_ids"][:, 1:], torch.zeros_like(batch["input_ids"][:, :1])], 1)
+    hidden, _ = model.step(tokens, hidden, torch.arange(8)[None], None, ttt_mod.ttt_attention_mask(8, 0))
+    p = model.logits(hidden).detach().double().softmax(-1).tolist()  # [B][T][D] step 0
+    q = tg.probs.double().tolist()
+    alphas = [sum(min(p[b][t][x], q[b][t + 1][x]) for x in range(len(p[b][t])))  # acceptance at t, target t+1
+              for b in range(2) for t in range(7) if tg.valid[b, t + 1]]
+    lk0 = torch.tensor(alphas).log().neg().mean()
+    torch.testing.assert_close(both.step_losses[0], kl.step_losses[0] + w * lk0.to(kl.step_losses[0].dtype),
+                               rtol=1e-4, atol=1e-6)
+    assert both.loss > kl.loss
+    same = ttt_mod.lk_loss(tg.probs.log(), tg.probs)  # p == q: alpha = 1, nothing to gain
+    torch.testing.assert_close(same, torch.zeros_like(same), atol=1e-6, rtol=0)

@@ -22,7 +22,7 @@ from ..capture import capture
 from ..device import _DTYPES
 from ..errors import EaglewireError
 from ..points import FINAL_NORM, Point, id_lists
-from ..targets import chat_template_hash, target_fingerprint
+from ..targets import chat_template_hash, fingerprint_mismatch, target_fingerprint
 from .manifest import (
     FORMAT_VERSION,
     MANIFEST,
@@ -95,6 +95,8 @@ def _new_manifest(target, pts: list[Point], s: ExtractSettings, gen: dict) -> di
         "target_hidden": FINAL_NORM.name,
         "chat_template_sha": chat_template_hash(target.tokenizer),
         "generation": gen, "extract": dict(s.__dict__),
+        # the precision the features were computed in: the doctor's tolerance follows it
+        "forward_dtype": {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(target.dtype),
         "shards": [], "num_samples": 0, "num_tokens": 0, "num_loss_tokens": 0,
     }
 
@@ -104,7 +106,7 @@ def _check_resume(old: dict, new: dict, out_dir: Path) -> None:
                       ("extract", "extraction settings")):
         a = old[key]["fingerprint"] if key == "target" else old[key]
         b = new[key]["fingerprint"] if key == "target" else new[key]
-        if a != b:
+        if fingerprint_mismatch(a, b) if key == "target" else a != b:
             raise EaglewireError(f"{out_dir}: --resume with a different {what} than the dataset there "
                                  f"(stored {a}, requested {b}); use a new --out directory")
 
@@ -160,6 +162,8 @@ def _prepare_out(out_dir: Path, man: dict, resume: bool) -> set[int]:
         _check_resume(old, man, out_dir)
         man.update({k: old[k] for k in ("shards", "num_samples", "num_tokens", "num_loss_tokens")})
         man["norm_stats"] = old.get("norm_stats")
+        if old.get("forward_dtype") != man["forward_dtype"]:  # shards from two precisions: let the doctor infer
+            man["forward_dtype"] = None
         redo = _drop_bad_shards(out_dir, man)
         if redo:
             print(f"[extract] re-extracting the samples of {len(redo)} bad shard(s): {', '.join(redo)}", flush=True)

@@ -5,7 +5,8 @@ produces a narrow, repetitive prompt distribution, and sampling them costs
 about half a second each on CPU. A drafter trained on that does not
 generalise to what users ask. Composing prompts from a table of task types
 (explain, compare, story, code, arithmetic, extraction, role play, advice,
-multi-turn follow-ups...) and a table of topics gives broad coverage for free,
+reasoning...; single-turn: a follow-up turn would need the target's first
+answer, generated first) and a table of topics gives broad coverage for free,
 deterministically from a seed.
 
 These tables are written independently of the shipped held-out benchmark

@@ -18,7 +18,7 @@ import torch
 from ..capture import capture
 from ..data.dataset import FeatureDataset
 from ..points import parse_points
-from .dataset import MATCH_REL_ERR, all_points
+from .dataset import _NAMES, MATCH_REL_ERR, all_points, dataset_tolerance
 from .drafter import chain_stats
 from .verdict import Report
 
@@ -39,12 +39,12 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30))
 
 
-def _name_slot(target, ids: torch.Tensor, online: torch.Tensor) -> str | None:
+def _name_slot(target, ids: torch.Tensor, online: torch.Tensor, tol: float = MATCH_REL_ERR) -> str | None:
     pts = all_points(target.num_layers)
     ref = capture(target.model, ids[None].to(target.device), pts)
     errs = {p.name: _rel(online, ref[p.name][0].cpu()) for p in pts}
     best = min(errs, key=errs.get)
-    return best if errs[best] < MATCH_REL_ERR else None
+    return best if errs[best] < tol else None
 
 
 def compare_sample(engine, target, item: dict, max_new_tokens: int, mode: str):
@@ -72,6 +72,8 @@ def doctor_online(target, drafter, prov: dict, data_dir: Path, serve_points=None
 
     rep = Report("online")
     ds = FeatureDataset(data_dir, verify=False)
+    # the engine's forward runs in the target's dtype: its allowance joins the dataset's
+    tol = dataset_tolerance(ds.manifest, ds, num_samples, also=_NAMES.get(target.dtype))["tolerance"]
     trained = parse_points(prov["points"]["names"], target.num_layers)
     served = serve_points or trained
     engine = SpecEngine(target, drafter, points=served)
@@ -82,11 +84,11 @@ def doctor_online(target, drafter, prov: dict, data_dir: Path, serve_points=None
         res, slots, got, ids = compare_sample(engine, target, ds[i], max_new_tokens, "chain")
         worst = [max(w, s) for w, s in zip(worst, slots)]
         for j, s in enumerate(slots):
-            if s >= MATCH_REL_ERR and j not in named:
-                named[j] = _name_slot(target, ids, got[:, j])
+            if s >= tol and j not in named:
+                named[j] = _name_slot(target, ids, got[:, j], tol)
         total = res.metrics if total is None else (total.add(res.metrics) or total)
     for j, w in enumerate(worst):
-        ok = w < MATCH_REL_ERR
+        ok = w < tol
         rep.add(f"slot {j}", ok, f"online vs training rel err {w:.1e}" + ("" if ok else
                 f": the engine feeds {named.get(j) or 'an unidentified tensor'} where training used {trained[j].name}"),
                 f"serve with ids that capture {trained[j].name} (see `eaglewire layers` / `doctor config`)")
@@ -94,9 +96,9 @@ def doctor_online(target, drafter, prov: dict, data_dir: Path, serve_points=None
     off = chain_stats(drafter, ds, head, num_samples, depth)
     tau = total.tau if total is not None else None
     rep.data.update(online_tau=tau, offline_tau=off["tau_chain"], served=[p.name for p in served],
-                    trained=[p.name for p in trained], slot_rel_err=worst)
+                    trained=[p.name for p in trained], slot_rel_err=worst, tolerance=tol)
     close = tau is not None and tau >= 0.75 * off["tau_chain"]
-    cause = "" if close else (" - features differ from training: a wiring bug" if any(w >= MATCH_REL_ERR for w in worst)
+    cause = "" if close else (" - features differ from training: a wiring bug" if any(w >= tol for w in worst)
                               else " - features match: check the chat template, sampling settings or drafter dtype")
     rep.add("tau", close, f"online chain tau {tau if tau is None else round(tau, 2)} vs offline prediction {off['tau_chain']:.2f}{cause}",
             "fix the failing slots above" if cause.startswith(" - features differ") else "")

@@ -159,8 +159,9 @@ def _step_loss(
     tg: _Targets,
     shift: int,
     gather: bool | None = None,
+    lk_weight: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Masked soft CE and top-1 agreement of draft positions t vs targets at t+shift.
+    """Masked soft CE (+ ``lk_weight`` x the LK loss) and top-1 agreement of positions t vs targets at t+shift.
 
     ``gather`` (default: on CPU): run the draft head only on the valid rows.
     Masked rows contribute exactly zero loss and gradient either way, so this
@@ -182,6 +183,8 @@ def _step_loss(
         logits = model.logits(hidden)  # [N, D]
         dtype = torch.promote_types(_compute_dtype(logits.dtype), probs.dtype)
         ce = F.cross_entropy(logits.to(dtype), probs.to(dtype), reduction="sum")  # soft targets
+        if lk_weight:
+            ce = ce + lk_weight * lk_loss(logits.to(dtype).log_softmax(dim=-1), probs.to(dtype)).sum()
         loss = ce / count.clamp(min=1)
         with torch.no_grad():
             correct = (model.draft_to_target(logits.argmax(dim=-1)) == target).sum()
@@ -189,11 +192,26 @@ def _step_loss(
     logits = model.logits(hidden[:, :n])  # [B, n, D]
     logp = logits.to(_compute_dtype(logits.dtype)).log_softmax(dim=-1)
     ce = -(probs * logp).sum(dim=-1)  # [B, n]
+    if lk_weight:
+        ce = ce + lk_weight * lk_loss(logp, probs)
     loss = (ce * valid).sum() / count.clamp(min=1)
     with torch.no_grad():
         pred = model.draft_to_target(logits.argmax(dim=-1))  # [B, n] target ids
         correct = ((pred == target) & valid).sum()
     return loss, correct, count
+
+
+def lk_loss(logp: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """-log alpha per row, alpha = sum_x min(p(x), q(x)): the chance a sampled draft token is accepted.
+
+    Forward KL is a proxy for acceptance; a drafter with 1-5% of the target's capacity
+    converges where KL is low but alpha is not maximal. This is the LK loss of
+    Samarin et al. (arXiv 2602.23881), negative log-acceptance, whose gradient is the
+    total-variation gradient scaled by 1/alpha (large where acceptance is poor);
+    added to KL, which keeps the early gradients informative. [..., D] -> [...].
+    """
+    alpha = torch.minimum(logp.exp(), q).sum(dim=-1)  # [...]
+    return -alpha.clamp(min=1e-6).log()
 
 
 def _defaults(
@@ -217,6 +235,7 @@ def ttt_forward(
     steps: int = 7,
     decay: float = 0.8,
     target_temperature: float = 1.0,
+    lk_weight: float = 0.0,
 ) -> TTTOutput:
     """Efficient TTT: one ``model.step_ttt`` per unrolled step over all positions.
 
@@ -243,7 +262,7 @@ def ttt_forward(
         hidden, new_kv = model.step_ttt(tokens, hidden, pos, cache)  # [B, T, H]
         for layer_cache, kv in zip(cache, new_kv, strict=True):
             layer_cache.append(kv)
-        loss_k, correct, count = _step_loss(model, hidden, tg, 1 + k)
+        loss_k, correct, count = _step_loss(model, hidden, tg, 1 + k, lk_weight=lk_weight)
         out.record(decay**k, loss_k, correct, count)
     return out
 
