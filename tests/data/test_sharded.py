@@ -119,8 +119,10 @@ def test_second_job_is_refused_by_the_lock(tmp_path):
     with dir_lock(out, "test holder"):
         r = _eaglewire(_build_args(_prompts(tmp_path, 4), out), ranks=2)
     assert r.returncode != 0  # torchrun exits 1 when a rank exits 2
+    # Every rank raises (none waits at a collective: the run ends, within the timeout). torchrun
+    # SIGTERMs the other rank once one exits, so one or both get to print the message.
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
-    assert len(errors) == 2, r.stderr[-2000:]  # every rank stops with the message, none waits
+    assert 1 <= len(errors) <= 2, r.stderr[-2000:]
     assert all(f"PID {os.getpid()}" in e for e in errors)
     assert "[rank0]: Traceback" not in r.stderr and "[rank1]: Traceback" not in r.stderr
     assert not (out / "responses.jsonl").exists()
