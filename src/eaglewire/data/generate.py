@@ -99,10 +99,10 @@ def _pending(convs, done_idx: set[int], tokenizer, s: GenSettings, stats: GenSta
     return todo
 
 
-def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bool = False,
-                       share: tuple[int, int] = (0, 1)) -> GenStats:
-    """Write `responses.jsonl` rows {index, messages (with the target's answer), ...}."""
-    stats = GenStats()
+def pending_answers(convs, out_path: Path, tokenizer, s: GenSettings, stats: GenStats, resume: bool,
+                    share=(0, 1)) -> list:
+    """Open `out_path` for appending (resumed: kept minus a partial tail line; else emptied) and
+    return what is left to ask. Shared by in-process and server generation."""
     rows = read_jsonl(out_path) if resume else []
     if resume:
         rewrite_jsonl(out_path, rows)  # drop a partial tail line left by a killed run
@@ -110,7 +110,14 @@ def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bo
         out_path.unlink()
     done_idx = {r["index"] for r in rows}
     stats.resumed = len(done_idx)
-    todo = _pending(convs, done_idx, target.tokenizer, s, stats, share)
+    return _pending(convs, done_idx, tokenizer, s, stats, share)
+
+
+def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bool = False,
+                       share: tuple[int, int] = (0, 1)) -> GenStats:
+    """Write `responses.jsonl` rows {index, messages (with the target's answer), ...}."""
+    stats = GenStats()
+    todo = pending_answers(convs, out_path, target.tokenizer, s, stats, resume, share)
     writer = JsonlAppender(out_path)
     t0 = time.perf_counter()
     bar = tqdm(total=len(todo), desc="generate", unit="sample", dynamic_ncols=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..errors import EaglewireError
-from .jsonl import JsonlAppender, read_jsonl, rewrite_jsonl
+from .jsonl import JsonlAppender, rewrite_jsonl
 from .settings import GenSettings
 
 FAILURES = "failures.jsonl"
@@ -216,17 +216,10 @@ def _record(ans: _Answer, writer, stats, sstats: ServerStats, failures: list) ->
 def generate_via_server(client: ChatClient, model: str, tokenizer, convs, out_path: Path, s: GenSettings,
                         ss: ServerSettings, resume: bool = False, share: tuple[int, int] = (0, 1)):
     """Like `generate_responses`, with `concurrency` requests in flight. Returns (GenStats, ServerStats)."""
-    from .generate import GenStats, _pending
+    from .generate import GenStats, pending_answers
 
     stats, sstats = GenStats(), ServerStats()
-    rows = read_jsonl(out_path) if resume else []
-    if resume:
-        rewrite_jsonl(out_path, rows)
-    elif out_path.exists():
-        out_path.unlink()
-    done_idx = {r["index"] for r in rows}
-    stats.resumed = len(done_idx)
-    todo = _pending(convs, done_idx, tokenizer, s, stats, share)
+    todo = pending_answers(convs, out_path, tokenizer, s, stats, resume, share)
     with_reasoning = template_renders_reasoning(tokenizer)
     failures: list[dict] = []
     writer = JsonlAppender(out_path)

@@ -156,8 +156,7 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def _serving_value(cfg: dict, key: str):
-    layer = cfg.get("transformer_layer_config") or cfg  # speculators nests the layer's config
+def _serving_value(layer: dict, key: str):
     if key == "rope_theta" and key not in layer and isinstance(layer.get("rope_parameters"), dict):
         return layer["rope_parameters"].get("rope_theta", NUMERIC_FIELDS[key])  # transformers 5 layout
     return layer.get(key, NUMERIC_FIELDS[key])
@@ -173,19 +172,17 @@ def check_numerics(cfg: dict, trained_cfg: dict | None, rep: Report) -> None:
         rep.add("rope / norm", False, "the drafter's training config is unknown: rope_theta, rope_scaling, "
                 "rms_norm_eps and norm placement are not checked", "pass --trained-on CKPT", level="warning")
         return
-    bad = []
+    layer = cfg.get("transformer_layer_config") or cfg  # speculators nests the layer's config
+    bad: dict[str, str] = {}
     for key, default in NUMERIC_FIELDS.items():
-        want = trained_cfg.get(key, "silu" if key == "hidden_act" else default)
-        got = _serving_value(cfg, key)
+        want, got = trained_cfg.get(key, default), _serving_value(layer, key)
         if not _same(got, want):
-            given = key in (cfg.get("transformer_layer_config") or cfg)
-            bad.append(f"{key} is {got!r}{'' if given else ' (absent: the engine default)'}, trained with {want!r}")
-    trained_len = trained_cfg.get("max_position_embeddings")
-    served_len = (cfg.get("transformer_layer_config") or cfg).get("max_position_embeddings")
-    rep.add("rope / norm", not bad, "; ".join(bad) or "rope_theta, rope_scaling, rms_norm_eps, hidden_act and "
-            "norm_before_residual match training", "set " + ", ".join(
-                f'"{k}": {json.dumps(trained_cfg.get(k, NUMERIC_FIELDS[k]))}' for k in NUMERIC_FIELDS
-                if any(b.startswith(k + " ") for b in bad)) + " in config.json")
+            absent = "" if key in layer else " (absent: the engine default)"
+            bad[key] = f"{key} is {got!r}{absent}, trained with {want!r}"
+    rep.add("rope / norm", not bad, "; ".join(bad.values()) or "rope_theta, rope_scaling, rms_norm_eps, hidden_act "
+            "and norm_before_residual match training", "set " + ", ".join(
+                f'"{k}": {json.dumps(trained_cfg.get(k, NUMERIC_FIELDS[k]))}' for k in bad) + " in config.json")
+    trained_len, served_len = trained_cfg.get("max_position_embeddings"), layer.get("max_position_embeddings")
     if trained_len and served_len and served_len < trained_len:
         rep.add("max positions", False, f"max_position_embeddings {served_len} < {trained_len} the drafter was built "
                 "with: the engine may refuse or truncate long contexts",
