@@ -20,12 +20,12 @@ from .errors import EaglewireError
 PRESETS = {
     # ~15 minutes on the 2-core CPU machine: a small run, labelled as such in the report.
     "quick": dict(topic_prompts=320, self_prompts=0, prompt_tokens=48, max_new_tokens=128, gen_batch=64,
-                  train_epochs=2, max_len=512, batch_size=2, lr=3e-3, ttt_steps=5, init="target", fc_norm=False,
-                  freeze_head=True, bench_prompts=9, bench_tokens=64, bench_repeats=1),
+                  train_epochs=2, max_len=512, batch_size=2, lr=3e-3, ttt_steps=3, lk_weight=1.0, init="target",
+                  fc_norm=False, freeze_head=True, bench_prompts=9, bench_tokens=64, bench_repeats=1),
     # the recipe for the best tau this machine reaches in about 75 minutes.
-    "standard": dict(topic_prompts=1300, self_prompts=0, prompt_tokens=64, max_new_tokens=160, gen_batch=64,
-                     train_epochs=2, max_len=512, batch_size=2, lr=3e-3, ttt_steps=5, init="target", fc_norm=False,
-                     freeze_head=True, bench_prompts=18, bench_tokens=96, bench_repeats=1),
+    "standard": dict(topic_prompts=1700, self_prompts=0, prompt_tokens=64, max_new_tokens=160, gen_batch=64,
+                     train_epochs=2, max_len=512, batch_size=2, lr=3e-3, ttt_steps=3, lk_weight=1.0, init="target",
+                     fc_norm=False, freeze_head=True, bench_prompts=18, bench_tokens=96, bench_repeats=1),
 }
 
 
@@ -71,7 +71,7 @@ def _train(cfg: DemoConfig, p: dict, run: Path) -> dict:
     out = run / "train"
     return run_train(TrainConfig(data=run / "data", out=out, epochs=p["train_epochs"], batch_size=p["batch_size"],
                                  lr=p["lr"], seed=cfg.seed, max_len=p["max_len"], device=cfg.device, save_every=25, val_fraction=0.05,
-                                 ttt_steps=p["ttt_steps"], init=p["init"], fc_norm=p["fc_norm"], freeze_head=p["freeze_head"],
+                                 ttt_steps=p["ttt_steps"], lk_weight=p["lk_weight"], init=p["init"], fc_norm=p["fc_norm"], freeze_head=p["freeze_head"],
                                  resume=(out / "state").exists()))
 
 

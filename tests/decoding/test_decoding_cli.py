@@ -70,11 +70,13 @@ def test_bench_cli(tiny_targets, llama_ckpt, tmp_path):
     r = CliRunner().invoke(app, ["bench", "--target", "tiny:llama", "--drafter", str(llama_ckpt), "--prompts",
                                  str(prompts), "--max-new-tokens", "8", "--out", str(tmp_path / "b"), "--json",
                                  "--repeats", "2", "--methods", "hf_generate", "--methods", "eaglewire_plain",
-                                 "--methods", "hf_prompt_lookup", "--methods", "eaglewire_chain", "--methods", "eaglewire_tree"])
+                                 "--methods", "hf_prompt_lookup", "--methods", "eaglewire_chain", "--methods", "eaglewire_tree",
+                                 "--min-prob", "0"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert set(d["methods"]) == {"hf_generate", "eaglewire_plain", "hf_prompt_lookup", "eaglewire_chain", "eaglewire_tree"}
     assert d["greedy_outputs_match"], d
+    assert d["config"]["min_prob"] == 0.0 and d["methods"]["eaglewire_tree"]["rounds_without_drafts"] == 0
     assert set(d["categories"]) == {"chat", "writing"} and d["categories"]["chat"]["prompts"] == 2
     tree = d["methods"]["eaglewire_tree"]
     assert tree["speedup_spread"]["n"] == 2 and tree["speedup_spread"]["min"] <= tree["speedup"] <= tree["speedup_spread"]["max"]
@@ -104,7 +106,8 @@ def test_auto_shape_picks_the_fastest_measured_shape(tiny_targets, llama_ckpt):
     t = tiny_targets["llama"]
     drafter, points, _ = load_drafter_for(t, llama_ckpt)
     ids = [SpecEngine(t).encode("Tell me a story.")]
-    res = auto_shape(t, drafter, points, ids, 8, SpecConfig(), shapes=((2, 2, 5), (3, 3, 8)))
+    res = auto_shape(t, drafter, points, ids, 8, SpecConfig(), shapes=((2, 2, 5, 0.0), (3, 3, 8, 0.01)))
     assert len(res["shapes"]) == 2
     assert res["best"] == max(res["shapes"], key=lambda r: r["speedup_vs_plain"])
     assert all(r["tau"] is not None and r["tau"] >= 1 for r in res["shapes"])
+    assert [r["min_prob"] for r in res["shapes"]] == [0.0, 0.01]

@@ -16,6 +16,7 @@ MAX_NEW = 24
 
 
 def _check_exact(target, drafter, points, modes=("chain", "tree"), prompts=PROMPTS[:2], **kw):
+    kw.setdefault("min_prob", 0.0)  # the tiny drafters are unsure: the default threshold would gate every draft off
     eng = SpecEngine(target, drafter, points)
     results = {}
     for p in prompts:
@@ -52,7 +53,7 @@ def test_unpacked_path_exact(tiny_targets):
     t = tiny_targets["llama"]
     eng = SpecEngine(t, random_drafter(t), eagle3_default(t.num_layers), fast=False)
     ids = eng.encode(PROMPTS[0])
-    assert eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=16)).token_ids == greedy_reference(t, ids, 16)
+    assert eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=16, min_prob=0.0)).token_ids == greedy_reference(t, ids, 16)
 
 
 @pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
@@ -89,7 +90,7 @@ def test_metrics_consistency(tiny_targets, trained_drafters):
     drafter, points = trained_drafters["llama"]
     eng = SpecEngine(t, drafter, points)
     for mode in ("chain", "tree"):
-        r = eng.generate(eng.encode(PROMPTS[1]), SpecConfig(mode=mode, max_new_tokens=30))
+        r = eng.generate(eng.encode(PROMPTS[1]), SpecConfig(mode=mode, max_new_tokens=30, min_prob=0.0))
         m, d = r.metrics, r.to_dict()
         assert m.prefill_tokens + sum(s.accepted + s.bonus for s in m.steps) - m.stop_trimmed == len(r.token_ids)
         assert d["generated_tokens"] == len(r.token_ids) == 30
@@ -108,11 +109,11 @@ def test_stop_string_and_eos(tiny_targets, trained_drafters):
     drafter, points = trained_drafters["llama"]
     eng = SpecEngine(t, drafter, points)
     ids = eng.encode(PROMPTS[2])
-    full = eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=30))
+    full = eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=30, min_prob=0.0))
     text = full.text
     stop = text[len(text) // 2 : len(text) // 2 + 3]
     assert stop.strip()
-    r = eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=30, stop=[stop]))
+    r = eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=30, stop=[stop], min_prob=0.0))
     assert r.finish_reason == "stop_string"
     assert r.text == text[: text.find(stop)]
     assert stop in t.tokenizer.decode(r.token_ids) and r.token_ids == full.token_ids[: len(r.token_ids)]
@@ -123,7 +124,7 @@ def test_stop_string_and_eos(tiny_targets, trained_drafters):
     orig = t.model.generation_config.eos_token_id
     t.model.generation_config.eos_token_id = [eos_first]
     try:
-        r = eng.generate(ids, SpecConfig(mode="chain", max_new_tokens=30))
+        r = eng.generate(ids, SpecConfig(mode="chain", max_new_tokens=30, min_prob=0.0))
     finally:
         t.model.generation_config.eos_token_id = orig
     assert r.token_ids == [eos_first] and r.finish_reason == "eos"
@@ -156,6 +157,69 @@ def test_sliding_window_past_the_window(tiny_targets, trained_drafters, arch):
     ref = greedy_reference(t, ids, 64)
     assert len(ids) + len(ref) > 3 * window
     for mode, kw in (("chain", {}), ("tree", {}), ("tree", {"top_k": 2, "tree_depth": 3, "total_tokens": 6})):
-        r = eng.generate(ids, SpecConfig(mode=mode, max_new_tokens=64, **kw))
+        r = eng.generate(ids, SpecConfig(mode=mode, max_new_tokens=64, **{"min_prob": 0.0, **kw}))
         assert r.token_ids == ref, (mode, kw)
         assert sum(s.accepted for s in r.metrics.steps) > 0  # drafts were accepted and rolled back past the window
+
+
+def _path_prob(dr, tokens: list[int]) -> float:
+    """Naive reference: the drafter's cumulative probability of a path, drafted one token at a time."""
+    from eaglewire.decoding.draft import _cat_kv
+
+    h, past, prob = dr.last, dr.kv, 1.0
+    for step, tok in enumerate(tokens):
+        p = dr._logits(h)[0, -1].softmax(-1)  # [Dv]
+        prob *= float(p[int((dr.draft_ids == tok).nonzero())])
+        h, new = dr._step([tok], h, dr.length + step, past, torch.ones(1, step + 1, dtype=torch.bool))
+        past = _cat_kv(past, new)
+    return prob
+
+
+def _paths(tree: DraftTree) -> list[tuple[int, ...]]:
+    out = []
+    for i in range(1, len(tree) + 1):
+        path, cur = [], i
+        while cur:
+            path.append(tree.tokens[cur - 1])
+            cur = tree.parents[cur - 1]
+        out.append(tuple(reversed(path)))
+    return out
+
+
+def test_min_prob_tree_keeps_exactly_the_likely_nodes(tiny_targets, trained_drafters):
+    """--min-prob: the tree is the unthresholded tree minus the nodes the drafter gives < min_prob."""
+    t = tiny_targets["llama"]
+    drafter, points = trained_drafters["llama"]
+    eng = SpecEngine(t, drafter, points)
+    eng.generate(eng.encode(PROMPTS[2]), SpecConfig(mode="tree", max_new_tokens=9, min_prob=0.0))
+    dr, root = eng.draft, 17
+    with torch.inference_mode():
+        full = dr.tree(root, 3, 3, 13)
+        probs = {p: _path_prob(dr, list(p)) for p in _paths(full)}
+        ranked = sorted(set(probs.values()))
+        gaps = [(b - a, (a + b) / 2) for a, b in zip(ranked, ranked[1:], strict=False)]
+        for _, thr in sorted(gaps)[-2:]:  # two thresholds far from every node's probability
+            cut = dr.tree(root, 3, 3, 13, min_prob=thr)
+            assert set(_paths(cut)) == {p for p, q in probs.items() if q >= thr}, thr
+            assert all(par < i for i, par in enumerate(cut.parents, start=1))  # parents first
+        assert len(dr.tree(root, 3, 3, 13, min_prob=min(1.5 * max(ranked), 0.999))) == 0
+
+
+def test_min_prob_greedy_exact_and_gated(tiny_targets, trained_drafters):
+    """Gated rounds verify the last token alone; the output stays the target's greedy output."""
+    t = tiny_targets["llama"]
+    drafter, points = trained_drafters["llama"]
+    drafted = {}
+    for mp in (0.0, 0.002, 0.01, 0.03):
+        res = _check_exact(t, drafter, points, prompts=PROMPTS[:2], min_prob=mp)
+        for mode, rs in res.items():
+            d = [r.to_dict() for r in rs]
+            drafted[mode, mp] = sum(x["drafted_tokens"] for x in d) / sum(x["verify_steps"] for x in d)
+            gated = sum(x["rounds_without_drafts"] for x in d)
+            # the tiny drafter is unsure (first drafts ~1-3%): 0.03 gates every round off
+            assert (gated > 0) == (mp == 0.03), (mode, mp, gated)
+    for mode in ("chain", "tree"):
+        d = [drafted[mode, mp] for mp in (0.0, 0.002, 0.01, 0.03)]
+        assert d == sorted(d, reverse=True) and d[0] > d[2] > d[3] == 0, (mode, d)
+    with pytest.raises(EaglewireError, match="min-prob"):
+        SpecConfig(min_prob=1.0).check()

@@ -49,6 +49,6 @@ def test_greedy_output_is_exact_with_the_lookup_branch(tiny_targets, arch):
     for p in prompts:
         ids = eng.encode(p)
         ref = greedy_reference(t, ids, 24)
-        r = eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=24, lookup=6))
+        r = eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=24, lookup=6, min_prob=0.0))
         assert r.token_ids == ref
         assert max(s.drafted for s in r.metrics.steps) > 0

@@ -137,7 +137,11 @@ def _exact_marginals(target, prompt: list[int], depth: int, temp: float, top_p: 
 
 
 def test_engine_sampling_lossless(tiny_targets, trained_drafters):
-    """Marginals of the 2nd and 3rd tokens (decided by verification) match the target's."""
+    """Marginals of the 2nd and 3rd tokens (decided by verification) match the target's.
+
+    Also with --min-prob cutting the sampled chain short (the cut depends on the
+    draft's own samples only, so it must stay lossless).
+    """
     from conftest import greedy_reference
 
     t = tiny_targets["llama"]
@@ -147,14 +151,19 @@ def test_engine_sampling_lossless(tiny_targets, trained_drafters):
     ids = ids + greedy_reference(t, ids, 16)  # a context where the random target is peaked
     temp, top_p, n = 0.3, 0.6, 200
     exact = _exact_marginals(t, ids, 3, temp, top_p)
-    for mode in ("chain", "tree"):
-        counts, accepted = [{}, {}, {}], 0
+    for mode, min_prob in (("chain", 0.0), ("tree", 0.0), ("chain", 0.05)):
+        counts, accepted, drafted, rounds = [{}, {}, {}], 0, 0, 0
         for seed in range(n):
-            r = eng.generate(ids, SpecConfig(mode=mode, temperature=temp, top_p=top_p, max_new_tokens=3, seed=seed))
+            r = eng.generate(ids, SpecConfig(mode=mode, temperature=temp, top_p=top_p, max_new_tokens=3, seed=seed,
+                                             min_prob=min_prob))
             out = r.token_ids + [None] * (3 - len(r.token_ids))
             for i in range(3):
                 counts[i][out[i]] = counts[i].get(out[i], 0) + 1
             accepted += sum(s.accepted for s in r.metrics.steps)
+            drafted += sum(s.drafted for s in r.metrics.steps)
+            rounds += len(r.metrics.steps)
+        if min_prob:  # the cut is exercised: chains end early, some rounds still draft
+            assert 0 < drafted / rounds < SpecConfig().depth, drafted / rounds
         assert accepted > 0, mode  # the draft path is exercised, not only bonus tokens
         for i in (1, 2):
             assert chi2_pvalue(counts[i], exact[i], n) > 1e-3, (mode, i)

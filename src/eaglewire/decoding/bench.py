@@ -99,7 +99,7 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
     bar.close()
     res = {"max_new_tokens": max_new, "num_prompts": len(prompts), "repeats": repeats, "interleaved": True,
            "methods": {}, "config": {"depth": cfg.depth, "top_k": cfg.top_k, "tree_depth": cfg.tree_depth,
-                                      "total_tokens": cfg.total_tokens}}
+                                      "total_tokens": cfg.total_tokens, "min_prob": cfg.min_prob}}
     base = methods[0]
     for m in methods:
         tps = [sum(ntok[m]) / sum(secs[m][r]) for r in range(repeats)]
@@ -112,7 +112,8 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
         if agg.steps:
             d = agg.to_dict()
             row.update(tau=d["tau"], accept_per_position=d["accept_per_position"], accept_hist=d["accept_hist"],
-                       time_s=d["time_s"])
+                       time_s=d["time_s"], verify_steps=d["verify_steps"], drafted_tokens=d["drafted_tokens"],
+                       rounds_without_drafts=d["rounds_without_drafts"])
         res["methods"][m] = row
     _speedups(res, methods, secs, ntok, repeats)
     res["categories"] = _per_category(methods, secs, ntok, metrics, categories, repeats)
@@ -120,12 +121,14 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
     return res
 
 
-SHAPES = ((2, 2, 5), (3, 2, 7), (2, 3, 7), (3, 3, 8), (3, 4, 10), (4, 3, 10), (3, 5, 12))  # (top_k, depth, total)
+# (top_k, depth, total, min_prob)
+SHAPES = ((2, 2, 5, 0.0), (3, 2, 7, 0.0), (2, 3, 7, 0.0), (3, 3, 8, 0.0), (3, 4, 10, 0.0), (4, 3, 10, 0.0),
+          (3, 5, 12, 0.0), (3, 2, 7, 0.05), (3, 3, 8, 0.05), (3, 4, 10, 0.1), (3, 3, 8, 0.2))
 
 
 def auto_shape(target, drafter, points, prompts: list[list[int]], max_new: int, cfg: SpecConfig,
                shapes=SHAPES) -> dict:
-    """Pick the tree (top_k, depth, total tokens) with the best throughput over plain decoding on ``prompts``.
+    """Pick the tree (top_k, depth, total tokens, min_prob) with the best throughput over plain decoding.
 
     Each shape runs right after a plain run of the same prompt (noise falls on
     both alike); the score is the ratio of summed throughputs. Returns the
@@ -134,8 +137,8 @@ def auto_shape(target, drafter, points, prompts: list[list[int]], max_new: int, 
     engines = {"plain": SpecEngine(target), "spec": SpecEngine(target, drafter, points)}
     _run_one("eaglewire_tree", target, engines, prompts[0], 8, cfg)
     rows = []
-    for k, d, n in shapes:
-        c = SpecConfig(**{**cfg.__dict__, "top_k": k, "tree_depth": d, "total_tokens": n})
+    for k, d, n, mp in shapes:
+        c = SpecConfig(**{**cfg.__dict__, "top_k": k, "tree_depth": d, "total_tokens": n, "min_prob": mp})
         plain_s = tree_s = 0.0
         agg = Metrics()
         ntok = 0
@@ -144,7 +147,8 @@ def auto_shape(target, drafter, points, prompts: list[list[int]], max_new: int, 
             out_t, st, met = _run_one("eaglewire_tree", target, engines, ids, max_new, c)
             plain_s, tree_s, ntok = plain_s + sp, tree_s + st, ntok + len(out_t)
             agg.add(met)
-        rows.append({"top_k": k, "tree_depth": d, "total_tokens": n, "tau": agg.tau, "speedup_vs_plain": plain_s / tree_s})
+        rows.append({"top_k": k, "tree_depth": d, "total_tokens": n, "min_prob": mp, "tau": agg.tau,
+                     "speedup_vs_plain": plain_s / tree_s})
     best = max(rows, key=lambda r: r["speedup_vs_plain"])
     return {"best": best, "shapes": rows, "prompts": len(prompts), "max_new_tokens": max_new}
 
@@ -199,8 +203,11 @@ def fmt_ratio(row: dict, key: str) -> str:
 
 
 def markdown(res: dict) -> str:
+    c = res.get("config", {})
+    shape = (f"chain depth {c.get('depth')}, tree top_k {c.get('top_k')} / depth {c.get('tree_depth')} / "
+             f"{c.get('total_tokens')} tokens, min_prob {c.get('min_prob', 0.0)}")
     lines = [f"{res['num_prompts']} prompts, {res['max_new_tokens']} max new tokens, greedy, methods interleaved per "
-             f"prompt, {res['repeats']} repeat(s): median (range over repeats)\n",
+             f"prompt, {res['repeats']} repeat(s): median (range over repeats); {shape}\n",
              "| method | tokens/s | vs transformers generate | vs eaglewire plain | tau | acceptance (cumulative) | prompts differing |",
              "|---|---:|---:|---:|---:|---|---:|"]
     for m, r in res["methods"].items():

@@ -29,6 +29,9 @@ class DecodeConfig:
     top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level", ge=1)
     tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels", ge=1)
     total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)", ge=2)
+    min_prob: float = opt(DEFAULTS["min_prob"], "chain and tree: drop drafts whose cumulative draft probability is "
+                          "below this; a round where none reaches it verifies the last token alone (0 = keep all)",
+                          ge=0, lt=1)
     lookup: int = opt(0, "tree, greedy: also verify up to N tokens copied from the context (prompt lookup)", ge=0)
     seed: int = opt(0, "sampling seed")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
@@ -54,6 +57,9 @@ class BenchConfig:
     top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level", ge=1)
     tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels", ge=1)
     total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)", ge=2)
+    min_prob: float = opt(DEFAULTS["min_prob"], "chain and tree: drop drafts whose cumulative draft probability is "
+                          "below this; a round where none reaches it verifies the last token alone (0 = keep all)",
+                          ge=0, lt=1)
     chat: bool = opt(True, "apply the target's chat template")
     out: Path | None = opt(None, "directory for bench.json, bench.md, bench.png")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
@@ -79,7 +85,7 @@ def _spec_cfg(cfg, mode: str):
     from .engine import SpecConfig
 
     return SpecConfig(mode=mode, depth=cfg.depth, top_k=cfg.top_k, tree_depth=cfg.tree_depth,
-                      total_tokens=cfg.total_tokens, lookup=getattr(cfg, "lookup", 0),
+                      total_tokens=cfg.total_tokens, lookup=getattr(cfg, "lookup", 0), min_prob=cfg.min_prob,
                       temperature=getattr(cfg, "temperature", 0.0), top_p=getattr(cfg, "top_p", 1.0),
                       max_new_tokens=cfg.max_new_tokens, stop=list(getattr(cfg, "stop", []) or []),
                       seed=getattr(cfg, "seed", 0))
@@ -170,6 +176,7 @@ def bench_from_config(cfg: BenchConfig) -> dict:
         shape = auto_shape(target, drafter, points, prompts[: cfg.auto_shape], cfg.max_new_tokens, spec_cfg)
         b = shape["best"]
         spec_cfg.top_k, spec_cfg.tree_depth, spec_cfg.total_tokens = b["top_k"], b["tree_depth"], b["total_tokens"]
+        spec_cfg.min_prob = b["min_prob"]
     res = run_bench(target, drafter, points, prompts, cfg.max_new_tokens, spec_cfg,
                     methods=tuple(cfg.methods) or DEFAULT_METHODS, categories=cats, repeats=cfg.repeats)
     if shape is not None:

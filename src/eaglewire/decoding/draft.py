@@ -18,6 +18,8 @@ no drafter entry of a committed position is ever based on drafted features.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..drafter.model import KV, Eagle3Drafter, causal_mask
@@ -79,17 +81,29 @@ class DraftRunner:
             return self.drafter.step(ids, hidden, position, past, mask)
 
     @torch.inference_mode()
-    def chain(self, root: int, depth: int, sample=None) -> DraftTree:
-        """A chain of ``depth`` drafts. ``sample(logits [Dv]) -> (draft id, probs [Dv])`` or None = argmax."""
+    def chain(self, root: int, depth: int, sample=None, min_prob: float = 0.0) -> DraftTree:
+        """A chain of up to ``depth`` drafts. ``sample(logits [Dv]) -> (draft id, probs [Dv])`` or None = argmax.
+
+        The chain stops before a draft whose cumulative draft probability
+        (product along the chain) falls below ``min_prob``: it would rarely be
+        accepted and still widen the verify. The stop depends on the draft
+        distribution only, so sampling stays lossless.
+        """
         tree = DraftTree(root=root)
         h, past = self.last, self.kv
+        cum = 1.0
         for step in range(depth):
             logits = self._logits(h)[0, -1]  # [Dv]
             if sample is None:
                 ix, probs = int(logits.argmax()), None
+                p = logits.softmax(-1) if min_prob > 0 else None
             else:
                 ix, p = sample(logits)
                 probs = self._to_target_vocab(p)
+            if min_prob > 0:
+                cum *= float(p[ix])
+                if cum < min_prob:
+                    break
             tok = int(self.draft_ids[ix])
             tree.tokens.append(tok)
             tree.parents.append(step)
@@ -106,7 +120,7 @@ class DraftRunner:
         return full.index_copy_(0, self.draft_ids, p.float())  # [V]
 
     @torch.inference_mode()
-    def tree(self, root: int, top_k: int, depth: int, total_tokens: int) -> DraftTree:
+    def tree(self, root: int, top_k: int, depth: int, total_tokens: int, min_prob: float = 0.0) -> DraftTree:
         """EAGLE-2 dynamic tree: expand the top_k best frontier nodes per level, rerank globally.
 
         Scores are cumulative draft log-probs. Every expanded node adds its
@@ -115,6 +129,14 @@ class DraftRunner:
         candidates are kept; a child never outscores its parent and the sort
         is stable (parents are inserted first), so the kept set is closed
         under ancestors and parents precede children.
+
+        ``min_prob`` > 0 also drops candidates whose cumulative draft
+        probability is below it, and stops expanding once no frontier node
+        reaches it: where verifying costs more than a decode step (CPU), a node
+        the drafter itself gives a few percent is a net loss, and a round in
+        which nothing reaches the threshold verifies the root alone (a plain
+        step that still feeds the drafter). Still closed under ancestors,
+        since a child never outscores its parent.
         """
         k = min(top_k, self.draft_ids.numel())
         logp = self._logits(self.last)[0, -1].log_softmax(-1)  # [Dv]
@@ -124,7 +146,10 @@ class DraftRunner:
         frontier = list(range(k))
         hidden = self.last.expand(1, k, -1)  # [1, k, H]
         past, cols, kv_col = self.kv, 0, {}
+        floor = math.log(min_prob) if min_prob > 0 else -math.inf
         for level in range(2, depth + 1):
+            if max(scores[f] for f in frontier) < floor:
+                break
             m = torch.zeros(k, cols + k, dtype=torch.bool)
             for j, f in enumerate(frontier):
                 for a in anc[f][:-1]:
@@ -144,12 +169,13 @@ class DraftRunner:
             best = cum.flatten().topk(k).indices  # [k] indices into the k*k block
             frontier = [first + int(b) for b in best]
             hidden = out[:, best // k]  # [1, k, H]: each new frontier node's parent output
-        return _select(toks, parents, scores, root, total_tokens - 1)
+        return _select(toks, parents, scores, root, total_tokens - 1, floor)
 
 
-def _select(toks: list[int], parents: list[int], scores: list[float], root: int, n: int) -> DraftTree:
-    """Keep the n best candidates (stable sort by score) as a DraftTree."""
-    order = sorted(range(len(toks)), key=lambda i: -scores[i])[:n]
+def _select(toks: list[int], parents: list[int], scores: list[float], root: int, n: int,
+            floor: float = -math.inf) -> DraftTree:
+    """Keep the n best candidates (stable sort by score) scoring at least ``floor`` as a DraftTree."""
+    order = [i for i in sorted(range(len(toks)), key=lambda i: -scores[i])[:n] if scores[i] >= floor]
     index = {c: i + 1 for i, c in enumerate(order)}
     tree = DraftTree(root=root)
     for c in order:

@@ -13,13 +13,16 @@ for x[0..n-2]; the drafter has real entries for t = 0..n-2, see draft.py):
    accepted nodes, from the target's features of exactly those tokens, with
    the next tokens (accepted path + bonus) as inputs.
 
-Why the defaults (chain depth 4; tree top_k 3, depth 2, 7 tokens): on a
-CPU without AVX-512 a verify round costs more than a decode step and grows
-with its width, and the drafters a CPU can train accept few tokens past
-depth 2, so a short, wide tree is fastest (measured against deeper shapes on
-two drafters); GPU shapes (60 tokens, depth 7-8) would cost several decode
-steps per round here. Figures and the commands that produce them:
-``benchmarks/README.md``; ``bench --auto-shape N`` picks a shape per drafter.
+Why the defaults (chain depth 4; tree top_k 3, depth 2, 7 tokens; drafts the
+drafter gives under 10% cumulative probability dropped): on a CPU without
+AVX-512 a verify round costs more than a decode step and grows with its
+width, and the drafters a CPU can train accept few tokens past depth 2, so a
+short, wide tree is fastest (measured against deeper shapes on two
+drafters), and a round whose drafts are all unlikely is cheaper as a plain
+step. GPU shapes (60 tokens, depth 7-8) would cost several decode steps per
+round here; there pass ``min_prob=0``. Figures and the commands that produce
+them: ``benchmarks/README.md``; ``bench --auto-shape N`` picks a shape per
+drafter.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from .metrics import Metrics, StepRecord
 from .target_runner import TargetRunner
 from .verify import sample, walk_greedy, walk_sample, warp
 
-DEFAULTS = {"chain_depth": 4, "top_k": 3, "tree_depth": 2, "total_tokens": 7}
+DEFAULTS = {"chain_depth": 4, "top_k": 3, "tree_depth": 2, "total_tokens": 7, "min_prob": 0.1}
 
 
 @dataclass
@@ -48,6 +51,7 @@ class SpecConfig:
     tree_depth: int = DEFAULTS["tree_depth"]
     total_tokens: int = DEFAULTS["total_tokens"]  # root + drafts in one verify
     lookup: int = 0  # greedy: also verify up to this many tokens copied from the context (0 = off)
+    min_prob: float = DEFAULTS["min_prob"]  # drop drafts whose cumulative draft probability is below this (0 = keep all)
     temperature: float = 0.0
     top_p: float = 1.0
     max_new_tokens: int = 128
@@ -65,6 +69,8 @@ class SpecConfig:
             raise EaglewireError("depth, top_k, tree_depth must be >= 1 and total_tokens >= 2")
         if self.lookup < 0:
             raise EaglewireError(f"--lookup {self.lookup}: expected >= 0")
+        if not 0 <= self.min_prob < 1:
+            raise EaglewireError(f"--min-prob {self.min_prob}: expected a probability in [0, 1)")
 
 
 @dataclass
@@ -226,7 +232,7 @@ class SpecEngine:
         """Draft rooted at the last committed token; ``committed`` = generated ids so far."""
         root = committed[-1]
         if cfg.mode == "tree":
-            tree = self.draft.tree(root, cfg.top_k, cfg.tree_depth, cfg.total_tokens)
+            tree = self.draft.tree(root, cfg.top_k, cfg.tree_depth, cfg.total_tokens, cfg.min_prob)
             if self._lookup_len(cfg):
                 from .lookup import merge_branch, propose
 
@@ -237,7 +243,7 @@ class SpecEngine:
             def sampler(logits):
                 p = warp(logits, cfg.temperature, cfg.top_p)
                 return sample(p, gen), p
-        return self.draft.chain(root, cfg.depth, sampler)
+        return self.draft.chain(root, cfg.depth, sampler, cfg.min_prob)
 
     def _spec_step(self, cfg: SpecConfig, gen, out: _Output, m: Metrics) -> None:
         t0 = time.perf_counter()

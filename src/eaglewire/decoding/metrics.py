@@ -11,6 +11,8 @@ Definitions (docs/conventions.md §4):
   - ``conditional[i]`` = steps with accepted >= i / steps with accepted >= i-1
     that drafted depth >= i (acceptance at i given that i-1 was accepted).
 * ``accept_hist[a]`` = number of verify steps that emitted a+1 tokens.
+* a verify step may carry no drafts (``--min-prob`` gated them off): it is a
+  plain decode step that still feeds the drafter, and counts with tau 1.
 * consistency: prefill_tokens + sum(accepted + bonus) - stop_trimmed == generated tokens.
 """
 
@@ -86,6 +88,7 @@ class Metrics:
             },
             "accept_hist": {str(k): v for k, v in self.histogram().items()},
             "drafted_tokens": sum(s.drafted for s in self.steps),
+            "rounds_without_drafts": sum(s.drafted == 0 for s in self.steps),  # --min-prob gated them off
             "accepted_tokens": sum(s.accepted for s in self.steps),
             "bonus_tokens": sum(s.bonus for s in self.steps),
             "prefill_tokens": self.prefill_tokens,

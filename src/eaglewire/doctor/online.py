@@ -53,7 +53,9 @@ def compare_sample(engine, target, item: dict, max_new_tokens: int, mode: str):
     ids, mask = item["input_ids"], item["loss_mask"]
     a = int(mask.float().argmax()) if bool(mask.any()) else len(ids)
     rows = _record_features(engine)
-    res = engine.generate(ids[:a].tolist(), SpecConfig(mode=mode, max_new_tokens=max_new_tokens, temperature=0.0))
+    # min_prob=0: every round drafts to full depth, as the offline tau it is compared with assumes
+    res = engine.generate(ids[:a].tolist(), SpecConfig(mode=mode, max_new_tokens=max_new_tokens, temperature=0.0,
+                                                       min_prob=0.0))
     gen = torch.tensor(res.token_ids)
     ref = ids[a:a + len(gen)]
     m = int((torch.cumprod((gen[: len(ref)] == ref).long(), 0)).sum())
