@@ -70,7 +70,7 @@ def check_ranges(cfg) -> None:
             raise EaglewireError(f"{flag} {v!r}: expected one of {', '.join(map(str, meta['choices']))}")
         for key, _sym, ok in _BOUNDS:
             b = meta.get(key)
-            if b is None:
+            if b is None or (v is None and f.default is None):  # None = "automatic" for an optional field
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or not ok(v, b):
                 want = " and ".join(f"{s} {meta[k]}" for k, s, _ in _BOUNDS if meta.get(k) is not None)

@@ -223,3 +223,22 @@ def test_min_prob_greedy_exact_and_gated(tiny_targets, trained_drafters):
         assert d == sorted(d, reverse=True) and d[0] > d[2] > d[3] == 0, (mode, d)
     with pytest.raises(EaglewireError, match="min-prob"):
         SpecConfig(min_prob=1.0).check()
+
+
+def test_min_prob_default_follows_the_device(tiny_targets, trained_drafters):
+    """No --min-prob: 0.1 on CPU (a wide verify costs more than a decode step), 0 on CUDA."""
+    from eaglewire.config import config_from_dict
+    from eaglewire.decoding.cli import BenchConfig
+    from eaglewire.decoding.engine import default_min_prob
+
+    assert default_min_prob("cpu") == 0.1 and default_min_prob("cuda:0") == 0.0
+    t = tiny_targets["llama"]
+    drafter, points = trained_drafters["llama"]
+    eng = SpecEngine(t, drafter, points)
+    ids = eng.encode(PROMPTS[0])
+    auto = eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=12))
+    explicit = eng.generate(ids, SpecConfig(mode="tree", max_new_tokens=12, min_prob=0.1))
+    assert [s.drafted for s in auto.metrics.steps] == [s.drafted for s in explicit.metrics.steps]
+    with pytest.raises(EaglewireError, match="--min-prob"):
+        config_from_dict(BenchConfig, {"drafter": "x", "min_prob": 1.5})
+    assert config_from_dict(BenchConfig, {"drafter": "x"}).min_prob is None

@@ -29,9 +29,10 @@ class DecodeConfig:
     top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level", ge=1)
     tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels", ge=1)
     total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)", ge=2)
-    min_prob: float = opt(DEFAULTS["min_prob"], "chain and tree: drop drafts whose cumulative draft probability is "
-                          "below this; a round where none reaches it verifies the last token alone (0 = keep all)",
-                          ge=0, lt=1)
+    min_prob: float | None = opt(None, "chain and tree: drop drafts whose cumulative draft probability is below "
+                                 "this; a round where none reaches it verifies the last token alone (0 = keep all; "
+                                 "default: 0.1 on CPU, where a wide verify costs more than a decode step, 0 on CUDA)",
+                                 ge=0, lt=1)
     lookup: int = opt(0, "tree, greedy: also verify up to N tokens copied from the context (prompt lookup)", ge=0)
     seed: int = opt(0, "sampling seed")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
@@ -57,9 +58,10 @@ class BenchConfig:
     top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level", ge=1)
     tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels", ge=1)
     total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)", ge=2)
-    min_prob: float = opt(DEFAULTS["min_prob"], "chain and tree: drop drafts whose cumulative draft probability is "
-                          "below this; a round where none reaches it verifies the last token alone (0 = keep all)",
-                          ge=0, lt=1)
+    min_prob: float | None = opt(None, "chain and tree: drop drafts whose cumulative draft probability is below "
+                                 "this; a round where none reaches it verifies the last token alone (0 = keep all; "
+                                 "default: 0.1 on CPU, where a wide verify costs more than a decode step, 0 on CUDA)",
+                                 ge=0, lt=1)
     chat: bool = opt(True, "apply the target's chat template")
     out: Path | None = opt(None, "directory for bench.json, bench.md, bench.png")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
@@ -81,11 +83,12 @@ def _load(cfg):
     return target, drafter, points
 
 
-def _spec_cfg(cfg, mode: str):
-    from .engine import SpecConfig
+def _spec_cfg(cfg, mode: str, device):
+    from .engine import SpecConfig, default_min_prob
 
+    min_prob = default_min_prob(device) if cfg.min_prob is None else cfg.min_prob  # resolved, so outputs record it
     return SpecConfig(mode=mode, depth=cfg.depth, top_k=cfg.top_k, tree_depth=cfg.tree_depth,
-                      total_tokens=cfg.total_tokens, lookup=getattr(cfg, "lookup", 0), min_prob=cfg.min_prob,
+                      total_tokens=cfg.total_tokens, lookup=getattr(cfg, "lookup", 0), min_prob=min_prob,
                       temperature=getattr(cfg, "temperature", 0.0), top_p=getattr(cfg, "top_p", 1.0),
                       max_new_tokens=cfg.max_new_tokens, stop=list(getattr(cfg, "stop", []) or []),
                       seed=getattr(cfg, "seed", 0))
@@ -99,7 +102,7 @@ def run_generate(cfg: DecodeConfig) -> dict:
     target, drafter, points = _load(cfg)
     eng = SpecEngine(target, drafter, points)
     ids = eng.encode(cfg.prompt, chat=cfg.chat)
-    res = eng.generate(ids, _spec_cfg(cfg, cfg.mode if drafter is not None else "plain")).to_dict()
+    res = eng.generate(ids, _spec_cfg(cfg, cfg.mode if drafter is not None else "plain", target.device)).to_dict()
     res["mode"] = cfg.mode if drafter is not None else "plain"
     if cfg.json:
         print(json.dumps(res, indent=2))
@@ -169,7 +172,7 @@ def bench_from_config(cfg: BenchConfig) -> dict:
     for c in convs:
         turns = prompt_turns(c)
         prompts.append(enc.encode(turns if cfg.chat else turns[-1]["content"], chat=cfg.chat))
-    spec_cfg, shape = _spec_cfg(cfg, "tree"), None
+    spec_cfg, shape = _spec_cfg(cfg, "tree", target.device), None
     if cfg.auto_shape and drafter is not None:
         from .bench import auto_shape
 

@@ -20,13 +20,14 @@ width, and the drafters a CPU can train accept few tokens past depth 2, so a
 short, wide tree is fastest (measured against deeper shapes on two
 drafters), and a round whose drafts are all unlikely is cheaper as a plain
 step. GPU shapes (60 tokens, depth 7-8) would cost several decode steps per
-round here; there pass ``min_prob=0``. Figures and the commands that produce
+round here; there the threshold defaults to 0 (``MIN_PROB``). Figures and the commands that produce
 them: ``benchmarks/README.md``; ``bench --auto-shape N`` picks a shape per
 drafter.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -38,7 +39,13 @@ from .metrics import Metrics, StepRecord
 from .target_runner import TargetRunner
 from .verify import sample, walk_greedy, walk_sample, warp
 
-DEFAULTS = {"chain_depth": 4, "top_k": 3, "tree_depth": 2, "total_tokens": 7, "min_prob": 0.1}
+DEFAULTS = {"chain_depth": 4, "top_k": 3, "tree_depth": 2, "total_tokens": 7}
+MIN_PROB = {"cpu": 0.1, "cuda": 0.0}  # --min-prob by device type (auto): where a wide verify costs a decode step, keep all
+
+
+def default_min_prob(device) -> float:
+    """The confidence threshold for drafts on ``device`` when none is given (see the module docstring)."""
+    return MIN_PROB.get(torch.device(device).type, 0.0)
 
 
 @dataclass
@@ -51,7 +58,7 @@ class SpecConfig:
     tree_depth: int = DEFAULTS["tree_depth"]
     total_tokens: int = DEFAULTS["total_tokens"]  # root + drafts in one verify
     lookup: int = 0  # greedy: also verify up to this many tokens copied from the context (0 = off)
-    min_prob: float = DEFAULTS["min_prob"]  # drop drafts whose cumulative draft probability is below this (0 = keep all)
+    min_prob: float | None = None  # drop drafts whose cumulative draft probability is below this; None = by device
     temperature: float = 0.0
     top_p: float = 1.0
     max_new_tokens: int = 128
@@ -69,7 +76,7 @@ class SpecConfig:
             raise EaglewireError("depth, top_k, tree_depth must be >= 1 and total_tokens >= 2")
         if self.lookup < 0:
             raise EaglewireError(f"--lookup {self.lookup}: expected >= 0")
-        if not 0 <= self.min_prob < 1:
+        if self.min_prob is not None and not 0 <= self.min_prob < 1:
             raise EaglewireError(f"--min-prob {self.min_prob}: expected a probability in [0, 1)")
 
 
@@ -173,6 +180,8 @@ class SpecEngine:
     # ------------------------------------------------------------ decoding
     def generate(self, prompt_ids: list[int], cfg: SpecConfig) -> Result:
         cfg.check()
+        if cfg.min_prob is None:
+            cfg = dataclasses.replace(cfg, min_prob=default_min_prob(self.target.device))
         if cfg.mode != "plain" and self.draft is None:
             raise EaglewireError(f"mode {cfg.mode!r} needs a drafter (give --drafter, or use plain decoding)")
         limit = self.runner.max_positions
