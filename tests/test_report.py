@@ -71,3 +71,16 @@ def test_report_renders_in_headless_chromium(tiny_drafter, tmp_path):
     dark = sum(1 for r, g, b in px if r + g + b < 200)  # table text
     assert colored > 20_000, f"plots did not render ({colored} colored pixels)"
     assert dark > 5_000, f"text/tables did not render ({dark} dark pixels)"
+
+
+def test_offline_vs_serving_row_only_compares_like_with_like():
+    """A chain benched with --min-prob counts gated rounds as tau 1: the row must not call it an error."""
+    from eaglewire.report import _prediction_rows
+
+    off = {"command": "drafter", "offline": {"depth": 4, "tau_chain": 1.5, "acc": [0.4]}, "split": "val"}
+    log = {"doctor": {"reports": [off]}, "bench": {"methods": {"eaglewire_chain": {"tau": 1.25}},
+                                                   "config": {"min_prob": 0.0}}}
+    assert _prediction_rows(log)[0][3:5] == ["1.25", "+20.0%"]
+    log["bench"]["config"]["min_prob"] = 0.1
+    row = _prediction_rows(log)[0]
+    assert row[3] == "1.25 (with --min-prob 0.1)" and "not comparable" in row[4]

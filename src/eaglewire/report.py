@@ -94,10 +94,15 @@ def _prediction_rows(log: dict) -> list[list[str]]:
     for r in log.get("doctor", {}).get("reports", []):
         off = r.get("offline")  # Report.to_dict spreads its data at the top level
         if r.get("command") == "drafter" and off:
-            serve = (log.get("bench", {}).get("methods", {}).get("eaglewire_chain") or {}).get("tau")
+            bench = log.get("bench", {})
+            serve = (bench.get("methods", {}).get("eaglewire_chain") or {}).get("tau")
+            gated = (bench.get("config") or {}).get("min_prob") or 0.0
             err = f"{(off['tau_chain'] - serve) / serve:+.1%}" if serve else "-"
-            rows.append([f"chain depth {off['depth']}", f"{off['tau_chain']:.2f}", r.get("split", "-"),
-                         f"{serve:.2f}" if serve else "-", err,
+            shown = f"{serve:.2f}" if serve else "-"
+            if serve and gated:  # gated rounds count tau 1: not the ungated chain the offline tau describes
+                shown += f" (with --min-prob {gated})"
+                err = "not comparable: rerun bench with --min-prob 0"
+            rows.append([f"chain depth {off['depth']}", f"{off['tau_chain']:.2f}", r.get("split", "-"), shown, err,
                          " ".join(f"{a:.3f}" for a in off["acc"])])
     return rows
 
