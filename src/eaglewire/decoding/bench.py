@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .engine import SpecConfig, SpecEngine, default_min_prob
+from .engine import SpecConfig, SpecEngine
 from .metrics import Metrics
 
 METHODS = ("hf_generate", "eaglewire_plain", "hf_prompt_lookup", "eaglewire_chain", "eaglewire_tree",
@@ -74,9 +74,7 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
     """
     from tqdm import tqdm
 
-    cfg = cfg or SpecConfig()
-    if cfg.min_prob is None:  # resolved here so the result records the threshold used
-        cfg = SpecConfig(**{**cfg.__dict__, "min_prob": default_min_prob(target.device)})
+    cfg = (cfg or SpecConfig()).resolved(target.device)  # so the result records the threshold used
     categories = categories or ["all"] * len(prompts)
     engines = {"plain": SpecEngine(target), "spec": SpecEngine(target, drafter, points)}
     methods = [m for m in methods if drafter is not None or m not in ("eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup")]

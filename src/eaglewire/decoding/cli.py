@@ -84,14 +84,13 @@ def _load(cfg):
 
 
 def _spec_cfg(cfg, mode: str, device):
-    from .engine import SpecConfig, default_min_prob
+    from .engine import SpecConfig
 
-    min_prob = default_min_prob(device) if cfg.min_prob is None else cfg.min_prob  # resolved, so outputs record it
     return SpecConfig(mode=mode, depth=cfg.depth, top_k=cfg.top_k, tree_depth=cfg.tree_depth,
-                      total_tokens=cfg.total_tokens, lookup=getattr(cfg, "lookup", 0), min_prob=min_prob,
+                      total_tokens=cfg.total_tokens, lookup=getattr(cfg, "lookup", 0), min_prob=cfg.min_prob,
                       temperature=getattr(cfg, "temperature", 0.0), top_p=getattr(cfg, "top_p", 1.0),
                       max_new_tokens=cfg.max_new_tokens, stop=list(getattr(cfg, "stop", []) or []),
-                      seed=getattr(cfg, "seed", 0))
+                      seed=getattr(cfg, "seed", 0)).resolved(device)  # resolved, so outputs record it
 
 
 def run_generate(cfg: DecodeConfig) -> dict:

@@ -96,7 +96,7 @@ class DraftRunner:
             logits = self._logits(h)[0, -1]  # [Dv]
             if sample is None:
                 ix, probs = int(logits.argmax()), None
-                p = logits.softmax(-1) if min_prob > 0 else None
+                p = logits.softmax(-1) if min_prob > 0 else None  # [Dv], only read at ix
             else:
                 ix, p = sample(logits)
                 probs = self._to_target_vocab(p)

@@ -79,6 +79,12 @@ class SpecConfig:
         if self.min_prob is not None and not 0 <= self.min_prob < 1:
             raise EaglewireError(f"--min-prob {self.min_prob}: expected a probability in [0, 1)")
 
+    def resolved(self, device) -> SpecConfig:
+        """This config with the device-dependent defaults filled in (what outputs record as used)."""
+        if self.min_prob is not None:
+            return self
+        return dataclasses.replace(self, min_prob=default_min_prob(device))
+
 
 @dataclass
 class Result:
@@ -180,8 +186,7 @@ class SpecEngine:
     # ------------------------------------------------------------ decoding
     def generate(self, prompt_ids: list[int], cfg: SpecConfig) -> Result:
         cfg.check()
-        if cfg.min_prob is None:
-            cfg = dataclasses.replace(cfg, min_prob=default_min_prob(self.target.device))
+        cfg = cfg.resolved(self.target.device)
         if cfg.mode != "plain" and self.draft is None:
             raise EaglewireError(f"mode {cfg.mode!r} needs a drafter (give --drafter, or use plain decoding)")
         limit = self.runner.max_positions
