@@ -6,13 +6,16 @@ from eaglewire.errors import EaglewireError
 from eaglewire.points import (
     EMBED,
     FINAL_NORM,
+    Engine,
     Point,
     eagle3_default,
+    fed_points,
     id_lists,
     ids_for_points,
     layer_out,
+    order_problem,
     points_from_ids,
-    sglang_version_warning,
+    version_differences,
 )
 
 
@@ -77,18 +80,52 @@ def test_out_of_range_is_an_error():
         points_from_ids([1], "tensorrt", 30)
 
 
-def test_newer_sglang_reading():
+DS = "DeepseekV3ForCausalLM"
+
+
+def test_sglang_0_5_23_first_id_rule_on_deepseek_family():
+    """SGLang >= 0.5.13 on DeepSeek-family targets: +1 only when the first id is 1 (executed in
+    tests/export/test_engine_conformance.py); the earlier inverted model of it is gone."""
     L = 30
-    # first id 1: newer SGLang skips the +1 -> one layer earlier than classic
-    assert names(points_from_ids([1, 14, 26], "sglang", L)) == ["layers.1.out", "layers.14.out", "layers.26.out"]
-    assert names(points_from_ids([1, 14, 26], "sglang-new", L)) == ["layers.0.out", "layers.13.out", "layers.25.out"]
-    assert sglang_version_warning([1, 14, 26], L) is not None
-    assert sglang_version_warning([2, 14, 26], L) is None
-    # first point layers.1.out cannot be written for newer SGLang
-    assert ids_for_points(eagle3_default(L), "sglang-new", L) == [None, None, None]
-    assert ids_for_points([layer_out(2), layer_out(9)], "sglang-new", L) == [2, 9]
-    lists = id_lists(eagle3_default(L), L)
-    assert lists["names"] == ["layers.1.out", "layers.14.out", "layers.26.out"]
+    new, old = Engine.parse("sglang==0.5.23", DS), Engine.parse("sglang==0.5.12", DS)
+    # first id 1: the +1 applies, as in classic SGLang
+    assert names(points_from_ids([1, 14, 26], new, L)) == ["layers.1.out", "layers.14.out", "layers.26.out"]
+    # any other first id: read as given, one layer earlier than classic
+    assert names(points_from_ids([2, 14, 26], new, L)) == ["layers.1.out", "layers.13.out", "layers.25.out"]
+    assert names(points_from_ids([2, 14, 26], old, L)) == ["layers.2.out", "layers.14.out", "layers.26.out"]
+    # other architectures keep the +1 in every version
+    assert names(points_from_ids([2, 14, 26], "sglang==0.5.23", L, "LlamaForCausalLM")) == [
+        "layers.2.out", "layers.14.out", "layers.26.out"]
+    assert version_differences([1, 14, 26], "sglang", L) is None
+    assert "layers.13.out" in version_differences([2, 14, 26], "sglang", L)
+    # the default capture starts at layers.1.out, so its classic ids [1, 14, 26] hold everywhere
+    assert ids_for_points(eagle3_default(L), new, L) == [1, 14, 26]
+    assert ids_for_points([layer_out(2), layer_out(9)], new, L) == [3, 10]
+    # layers.0.out first: raw id 1 would switch the +1 on, classic id 0 reads as the embedding
+    assert ids_for_points([layer_out(0), layer_out(9)], new, L) == [None, None]
+    for pts in ([layer_out(2), layer_out(9)], eagle3_default(L), [layer_out(1), layer_out(20)]):
+        assert points_from_ids(ids_for_points(pts, new, L), new, L) == pts
+    assert id_lists(eagle3_default(L), L)["sglang_deepseek"] == [1, 14, 26]
+
+
+def test_engine_specs_and_assumptions():
+    assert Engine.parse("sglang").assumed_version == "0.5.23"
+    assert any("no sglang version" in a for a in Engine.parse("sglang").assumptions())
+    assert any("newer than" in a for a in Engine.parse("vllm==9.0").assumptions())
+    assert Engine.parse("sglang==0.5.23", "deepseek_v3").rule == "sglang-first-id"  # model_type works too
+    with pytest.raises(EaglewireError, match="sglang==0.5.23"):
+        Engine.parse("sglang-new")
+    with pytest.raises(EaglewireError, match="release number"):
+        Engine.parse("vllm==latest")
+    with pytest.raises(EaglewireError, match="integer"):
+        points_from_ids([2.5, 4, 5], "vllm", 30)
+
+
+def test_engines_feed_ascending_slots():
+    assert fed_points([27, 2, 15], "vllm", 30) == [layer_out(1), layer_out(14), layer_out(26)]
+    assert fed_points([2, 2, 15], "vllm", 30) == [layer_out(1), layer_out(14)]
+    assert order_problem([layer_out(5), layer_out(1)], "vllm") is not None
+    assert order_problem([layer_out(1), layer_out(5)], "sglang") is None
 
 
 def test_point_names_parse_and_order():

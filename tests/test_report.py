@@ -84,3 +84,22 @@ def test_offline_vs_serving_row_only_compares_like_with_like():
     log["bench"]["config"]["min_prob"] = 0.1
     row = _prediction_rows(log)[0]
     assert row[3] == "1.25 (with --min-prob 0.1)" and "not comparable" in row[4]
+
+
+def test_demo_doctor_checks_the_exports_without_a_warning(tiny_drafter, tmp_path):
+    """The demo's happy path checks what a user deploys (the exports, with the training config):
+    no WARN row a user cannot act on, and the SGLang ids need no version warning."""
+    import shutil
+
+    from eaglewire.demo import DemoConfig, _doctor
+
+    ckpt, data = tiny_drafter
+    run = tmp_path / "run"
+    shutil.copytree(ckpt, run / "train" / "drafter")
+    (run / "data").symlink_to(data)
+    reps = _doctor(DemoConfig(target="tiny:llama"), run)["reports"]
+    configs = [r for r in reps if r["command"] == "config"]
+    assert len(configs) == 2 and (run / "export" / "sglang" / "config.json").is_file()
+    for r in configs:
+        bad = [c for c in r["checks"] if not c["ok"]]
+        assert bad == [], bad

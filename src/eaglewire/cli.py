@@ -57,7 +57,7 @@ def run_inspect(cfg: InspectConfig) -> None:
         "eos_token_ids": t.eos_ids(),
         "default_capture": {"names": ids["names"], "hf_index": ids["hf_index"], "sglang": ids["sglang"],
                             "vllm": ids["vllm"], "specforge": ids["specforge"], "speculators": ids["speculators"],
-                            "sglang_new": ids["sglang_new"]},
+                            "sglang_deepseek": ids["sglang_deepseek"]},
     }
 
     def human(r):
@@ -83,25 +83,34 @@ def _s(v) -> str:
 class LayersConfig:
     ids: list[int] = opt(help="layer ids in the --from engine's meaning", arg=True)
     num_layers: int = opt(help="number of decoder layers of the target (L)")
-    from_engine: str = opt("sglang", "engine whose meaning the ids have: hf, eagle, sglang, sglang-new, specforge, vllm, speculators", flag="--from")
+    from_engine: str = opt("sglang", "engine whose meaning the ids have: hf, eagle, sglang, specforge, vllm, speculators; "
+                           "optionally ==VERSION (sglang==0.5.12 reads every id with +1)", flag="--from")
+    arch: str = opt("", "target architecture or model_type of the --from engine (matters for SGLang >= 0.5.13 "
+                    "on DeepSeek-family targets)")
     json: bool = opt(False, "print JSON")
 
 
 def run_layers(cfg: LayersConfig) -> None:
-    from .points import id_lists, points_from_ids, sglang_version_warning
+    from .points import Engine, id_lists, points_from_ids, version_differences
 
-    pts = points_from_ids(cfg.ids, cfg.from_engine, cfg.num_layers)
+    eng = Engine.parse(cfg.from_engine, cfg.arch or None)
+    pts = points_from_ids(cfg.ids, eng, cfg.num_layers)
     res = id_lists(pts, cfg.num_layers)
-    res["from"] = {"engine": cfg.from_engine, "ids": cfg.ids}
-    sg = [i for i in res["sglang"] if i is not None]
-    warn = sglang_version_warning(sg, cfg.num_layers) if len(sg) == len(pts) else None
-    res["warnings"] = [warn] if warn else []
+    res["from"] = {"engine": eng.label(), "ids": cfg.ids, "assumed": eng.assumptions()}
+    res["warnings"] = [w for w in [version_differences(cfg.ids, eng, cfg.num_layers)] if w]
+    for name in ("sglang", "sglang_deepseek"):
+        ids = res[name]
+        w = version_differences(ids, "sglang", cfg.num_layers) if None not in ids else None
+        if w and name == "sglang" and w not in res["warnings"]:
+            res["warnings"].append(w)
 
     def human(r):
-        keys = ["hf_index", "sglang", "sglang_new", "specforge", "vllm", "speculators"]
-        print(f"{'point':<16}" + "".join(f"{k:>12}" for k in keys))
+        keys = ["hf_index", "sglang", "sglang_deepseek", "specforge", "vllm", "speculators"]
+        print(f"reading {r['from']['ids']} as {r['from']['engine']} ids"
+              + "".join(f"\n  assumed: {a}" for a in r["from"]["assumed"]))
+        print(f"{'point':<16}" + "".join(f"{k:>16}" for k in keys))
         for i, n in enumerate(r["names"]):
-            print(f"{n:<16}" + "".join(f"{_s(r[k][i]):>12}" for k in keys))
+            print(f"{n:<16}" + "".join(f"{_s(r[k][i]):>16}" for k in keys))
         for w in r["warnings"]:
             print(f"warning: {w}")
 

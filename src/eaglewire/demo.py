@@ -76,10 +76,12 @@ def _train(cfg: DemoConfig, p: dict, run: Path) -> dict:
 
 
 def _doctor(cfg: DemoConfig, run: Path) -> dict:
+    from .doctor.cli import trained_model_config
     from .doctor.config import doctor_config
     from .doctor.dataset import doctor_dataset
     from .doctor.drafter import doctor_drafter
     from .drafter.checkpoint import load_checkpoint
+    from .export.exporter import ExportConfig, run_export
     from .targets import chat_template_hash, load_target
 
     t = load_target(cfg.target)
@@ -87,9 +89,12 @@ def _doctor(cfg: DemoConfig, run: Path) -> dict:
     model, prov = load_checkpoint(ck)
     head = t.model.get_output_embeddings().weight.detach().float()
     reps = [doctor_dataset(run / "data", t), doctor_drafter(model, prov, run / "data", head, num_samples=128)]
-    for eng in ("sglang", "vllm"):
-        reps.append(doctor_config(ck, eng, t.num_layers, prov["points"]["names"], prov["chat_template_sha"],
-                                  chat_template_hash(t.tokenizer)))
+    arch = (t.config.architectures or [t.config.model_type])[0]
+    for fmt in ("sglang", "vllm"):  # what a user deploys: the exports, checked against the training config
+        out = run / "export" / fmt
+        run_export(ExportConfig(ckpt=ck, format=fmt, out=out, force=out.exists()))
+        reps.append(doctor_config(out, fmt, t.num_layers, prov["points"]["names"], prov["chat_template_sha"],
+                                  chat_template_hash(t.tokenizer), trained_model_config(ck), arch))
     return {"reports": [r.to_dict() for r in reps]}
 
 

@@ -54,7 +54,7 @@ def test_a_drafter_served_with_embed_first_ids(tiny_drafter, tmp_path):
     rep = doctor_config(d, "vllm", L, trained, None, None)
     c = _check(rep, "points")
     assert rep.failed and not c.ok and "embed" in c.detail
-    assert c.fix == 'set "eagle_aux_hidden_state_layer_ids": [2, 4, 5] at the top level of config.json'
+    assert c.fix == 'set "eagle_aux_hidden_state_layer_ids": [2, 4, 5] at the top level of config.json (ids for vllm 0.32.0)'
 
 
 def test_b_dataset_labels_wrong(tiny_drafter, tiny_targets, tmp_path):
@@ -214,7 +214,7 @@ def test_dataset_doctor_checks_shards_and_fingerprint(tiny_drafter, tiny_targets
 def test_rope_and_norm_fields_are_checked_against_training(tiny_drafter, tmp_path, fmt):
     """Fields no weight shape reveals: an export passes; an edited rope base, a dropped eps (the
     engine's default 1e-6 then applies) or flipped norm placement each fail with the value to set."""
-    from eaglewire.doctor.cli import _trained_model_config
+    from eaglewire.doctor.cli import trained_model_config
     from eaglewire.export.exporter import ExportConfig, run_export
 
     ckpt, _ = tiny_drafter
@@ -222,7 +222,7 @@ def test_rope_and_norm_fields_are_checked_against_training(tiny_drafter, tmp_pat
     engine = {"sglang": "sglang", "vllm": "vllm", "speculators": "speculators"}[fmt]
     out = tmp_path / fmt
     run_export(ExportConfig(ckpt=ckpt, format=fmt, out=out))
-    tcfg = _trained_model_config(out)  # found through the export's record of its checkpoint
+    tcfg = trained_model_config(out)  # found through the export's record of its checkpoint
     assert tcfg == json.loads((ckpt / "config.json").read_text())["eaglewire_drafter_config"]
     assert _check(doctor_config(out, engine, L, trained, None, None, tcfg), "rope / norm").ok
 
@@ -239,3 +239,29 @@ def test_rope_and_norm_fields_are_checked_against_training(tiny_drafter, tmp_pat
     assert '"rope_theta": 500000.0' in c.fix and f'"rms_norm_eps": {json.dumps(tcfg["rms_norm_eps"])}' in c.fix
     assert '"norm_before_residual"' in c.fix and "rope_scaling" not in c.fix
     assert _check(doctor_config(out, engine, L, trained, None, None, None), "rope / norm").level == "warning"
+
+
+def test_seeds_kimi_ids_served_by_sglang_0_5_23(tmp_path):
+    """The seeds' [2, 30, 58] on Kimi-K2.5 (61 layers), trained on classic SGLang's meaning: 0.5.23 reads
+    them one layer early (its deepseek_v2.py adds +1 only when the first id is 1); the fix is [3, 31, 59]."""
+    import json
+
+    d = tmp_path / "kimi"
+    d.mkdir()
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"],
+           "eagle_config": {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}
+    (d / "config.json").write_text(json.dumps(cfg))
+    trained = ["layers.2.out", "layers.30.out", "layers.58.out"]
+    kimi = "KimiK25ForConditionalGeneration"
+    rep = doctor_config(d, "sglang==0.5.23", 61, trained, None, None, arch=kimi)
+    c = _check(rep, "points")
+    assert rep.failed and not c.ok and "['layers.1.out', 'layers.29.out', 'layers.57.out']" in c.detail
+    assert c.fix.startswith('set "eagle_aux_hidden_state_layer_ids": [3, 31, 59] inside eagle_config')
+    assert _check(doctor_config(d, "sglang==0.5.12", 61, trained, None, None, arch=kimi), "points").ok
+    assert _check(doctor_config(d, "sglang==0.5.23", 61, trained, None, None, arch="LlamaForCausalLM"), "points").ok
+    # no version named: the newest verified rule decides, and the report says where versions differ
+    rep = doctor_config(d, "sglang", 61, trained, None, None, arch=kimi)
+    assert rep.failed and "(= training)" in _check(rep, "engine versions").detail
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [3, 31, 59]
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert not doctor_config(d, "sglang==0.5.23", 61, trained, None, None, arch=kimi).failed

@@ -74,7 +74,7 @@ def test_eagle_refuses_other_points(tmp_path):
 
 def test_sglang_refuses_embedding_and_last_layer(tmp_path):
     ck, _ = make_ckpt(tmp_path / "ck", points=parse_points(["embed", "layers.3.out", "layers.7.out"], L))
-    with pytest.raises(EaglewireError, match=r"sglang has no layer id for embed, layers.7.out"):
+    with pytest.raises(EaglewireError, match=r"sglang 0.5.23 has no layer id for embed, layers.7.out"):
         run_export(ExportConfig(ckpt=ck, format="sglang", out=tmp_path / "x"))
     run_export(ExportConfig(ckpt=ck, format="vllm", out=tmp_path / "v"))  # vLLM can: ids 0, 4, 8
     assert json.loads((tmp_path / "v" / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [0, 4, 8]
@@ -87,13 +87,38 @@ def test_refusals_for_unexpressible_architecture(tmp_path):
             run_export(ExportConfig(ckpt=ck, format=fmt, out=tmp_path / fmt))
 
 
-def test_sglang_version_warning_in_output(tmp_path, capsys):
-    """L=8 default capture is SGLang ids [1, 3, 4]: newer SGLang reads a list starting at 1 without the +1."""
+def test_sglang_default_export_has_no_version_warning(tmp_path):
+    """L=8 default capture is SGLang ids [1, 3, 4]: every SGLang version reads them the same, on every target."""
     ck, _ = make_ckpt(tmp_path / "ck")
     r = run_export(ExportConfig(ckpt=ck, format="sglang", out=tmp_path / "s"))
-    assert r["ids"] == [1, 3, 4] and any("newer SGLang" in w for w in r["warnings"])
+    assert r["ids"] == [1, 3, 4] and r["warnings"] == []
+    assert r["engine"] == "sglang 0.5.23" and any("assumed 0.5.23" in a for a in r["assumed"])
     rec = json.loads((tmp_path / "s" / "eaglewire.export.json").read_text())
-    assert rec["warnings"] == r["warnings"]
+    assert rec["warnings"] == [] and rec["engine"] == "sglang 0.5.23"
+
+
+def test_sglang_export_for_a_deepseek_target_follows_the_version(tmp_path):
+    """The same trained points get other ids for SGLang 0.5.23 on a DeepSeek-family target, and the
+    export says how older versions would read them; an id list no version reads right is refused."""
+    from eaglewire.drafter.checkpoint import save_checkpoint
+    from eaglewire.points import layer_out
+    from support.export_helpers import make_drafter
+
+    def ckpt(d, pts):
+        save_checkpoint(d, make_drafter(), [p.name for p in pts], L,
+                        {"target_fingerprint": {"num_layers": L, "model_type": "deepseek_v3"}})
+        return d
+
+    ck = ckpt(tmp_path / "ck", [layer_out(2), layer_out(4), layer_out(5)])
+    new = run_export(ExportConfig(ckpt=ck, format="sglang", out=tmp_path / "new"))
+    old = run_export(ExportConfig(ckpt=ck, format="sglang", out=tmp_path / "old", engine_version="0.5.12"))
+    assert old["ids"] == [2, 4, 5] and new["ids"] == [3, 5, 6]
+    assert new["engine"] == "sglang 0.5.23 (deepseek_v3)"
+    assert any("read differently" in w for w in new["warnings"])
+    bad = ckpt(tmp_path / "bad", [layer_out(0), layer_out(4), layer_out(5)])
+    with pytest.raises(EaglewireError, match="no layer id for layers.0.out"):
+        run_export(ExportConfig(ckpt=bad, format="sglang", out=tmp_path / "b"))
+    assert run_export(ExportConfig(ckpt=bad, format="sglang", out=tmp_path / "b2", engine_version="0.5.12"))["ids"] == [0, 4, 5]
 
 
 def test_import_layers_from_overrides_meaning(tmp_path):

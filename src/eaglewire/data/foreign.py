@@ -111,7 +111,7 @@ def _points_section(cfg: DataImportConfig, P: int, L: int | None) -> dict:
         if len(pts) != P:
             raise EaglewireError(f"{len(pts)} points stated but the files hold {P} feature slots")
         return {**id_lists(pts, L), "stated_by": "user"}
-    keys = ("names", "hf_index", "sglang", "sglang_new", "specforge", "vllm", "speculators")
+    keys = ("names", "hf_index", "sglang", "sglang_deepseek", "specforge", "vllm", "speculators")
     return {**{k: [None] * P for k in keys}, "stated_by": "unknown"}
 
 

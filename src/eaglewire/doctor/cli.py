@@ -32,8 +32,10 @@ class DoctorDrafterConfig:
 @dataclass
 class DoctorEngineConfig:
     drafter_dir: Path = opt(help="the draft model directory as deployed (config.json + weights)", arg=True)
-    engine: str = opt("sglang", "engine that will serve it: sglang, vllm, speculators")
-    engine_version: str = opt("classic", "sglang only: classic (+1 on every id) or new (no +1 when the first id is 1)")
+    engine: str = opt("sglang", "engine that will serve it, optionally with its version: sglang, sglang==0.5.23, "
+                      "vllm==0.32.0, speculators (no version: every known version is checked)")
+    arch: str = opt("", "target architecture or model_type (SGLang >= 0.5.13 reads ids differently on DeepSeek-family "
+                    "targets); default: from --target, else from the drafter's provenance")
     trained_on: Path | None = opt(None, "eaglewire checkpoint the drafter came from (default: eaglewire.json in the dir)")
     target: str = opt("", "serving target (gives L and the serving chat template)")
     num_layers: int = opt(0, "target layers, when --target is not given")
@@ -46,7 +48,7 @@ class DoctorOnlineConfig:
     data: Path = opt(help="dataset the drafter was trained on (its prompts and features are the reference)")
     target: str = opt("", "target; default: the drafter's provenance")
     serve_ids: list[int] = opt(help="simulate serving with these ids (in --engine's meaning) instead of the trained points", factory=list)
-    engine: str = opt("vllm", "meaning of --serve-ids: hf, sglang, sglang-new, specforge, vllm, speculators")
+    engine: str = opt("vllm", "meaning of --serve-ids: hf, sglang, specforge, vllm, speculators (optionally ==VERSION)")
     samples: int = opt(4, "dataset samples to decode")
     max_new_tokens: int = opt(48, "tokens to decode per sample")
     json: bool = opt(False, "print JSON")
@@ -91,20 +93,23 @@ def run_config(cfg: DoctorEngineConfig) -> None:
         import json
 
         exp = json.loads((src / "eaglewire.export.json").read_text())
-        prov = {"points": {"names": exp.get("points")}, "target_num_layers": exp.get("target_num_layers")}
+        prov = {"points": {"names": exp.get("points")}, "target_num_layers": exp.get("target_num_layers"),
+                "target_fingerprint": exp.get("target_fingerprint")}
     L = cfg.num_layers or prov.get("target_num_layers")
+    fp = prov.get("target_fingerprint")
+    arch = cfg.arch or (fp.get("model_type") if isinstance(fp, dict) else None)
     serving_sha = None
     if cfg.target:
         t = load_target(cfg.target)
         L, serving_sha = t.num_layers, chat_template_hash(t.tokenizer)
-    engine = "sglang-new" if cfg.engine == "sglang" and cfg.engine_version == "new" else cfg.engine
-    rep = doctor_config(cfg.drafter_dir, engine, L, (prov.get("points") or {}).get("names"),
-                        prov.get("chat_template_sha"), serving_sha, _trained_model_config(src))
+        arch = cfg.arch or (t.config.architectures or [t.config.model_type])[0]
+    rep = doctor_config(cfg.drafter_dir, cfg.engine, L, (prov.get("points") or {}).get("names"),
+                        prov.get("chat_template_sha"), serving_sha, trained_model_config(src), arch)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 
 
-def _trained_model_config(src: Path) -> dict | None:
+def trained_model_config(src: Path) -> dict | None:
     """The draft layer's config at training time: in an eaglewire checkpoint, or in the one an export came from."""
     import json
 
@@ -136,7 +141,8 @@ def run_online(cfg: DoctorOnlineConfig) -> None:
 
     model, prov = load_checkpoint(resolve_dir(cfg.drafter))
     t = load_target(cfg.target or recorded_source(prov["target"]))
-    serve = points_from_ids(cfg.serve_ids, cfg.engine, t.num_layers) if cfg.serve_ids else None
+    arch = (t.config.architectures or [t.config.model_type])[0]
+    serve = points_from_ids(cfg.serve_ids, cfg.engine, t.num_layers, arch) if cfg.serve_ids else None
     rep = doctor_online(t, model, prov, cfg.data, serve, cfg.samples, cfg.max_new_tokens)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())

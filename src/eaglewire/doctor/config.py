@@ -11,17 +11,22 @@ import json
 from pathlib import Path
 
 from ..errors import EaglewireError
-from ..points import Point, eagle3_default, ids_for_points, points_from_ids, sglang_version_warning
+from ..points import Engine, Point, default_points, ids_for_points
+from ..points import id_meanings as points_id_meanings
 from .verdict import Report
 
-ENGINES = ("sglang", "sglang-new", "vllm", "speculators")
+ENGINES = ("sglang", "vllm", "speculators")
 
 
-def _ids(cfg: dict, engine: str) -> tuple[list[int] | None, str]:
-    """The ids this engine reads, and from which key (vLLM ignores the nested key upstream)."""
+def _ids(cfg: dict, engine: Engine) -> tuple[list[int] | None, str]:
+    """The ids this engine reads, and from which key.
+
+    vLLM 0.32's default runner falls back to the nested key when the top-level one is
+    absent; its new GPU runner (eagle3_utils) does not, so only the top level is safe.
+    """
     nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     top = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if engine.startswith("sglang"):
+    if engine.name == "sglang":
         return nested, "eagle_config.eagle_aux_hidden_state_layer_ids"
     return top, "eagle_aux_hidden_state_layer_ids"
 
@@ -42,42 +47,37 @@ def _check_id_list(ids, key: str, path: Path) -> list[int]:
     return ids
 
 
-def id_meanings(ids: list[int], engine: str, L: int) -> list[str | None]:
-    """What each id captures in ``engine`` (a physical point name), or None where it captures nothing."""
-    out = []
-    for i in ids:
-        try:
-            out.append(points_from_ids([i], engine, L)[0].name)
-        except EaglewireError:
-            out.append(None)
-    return out
+def id_meanings(ids: list[int], engine: Engine, L: int) -> list[str | None]:
+    """What each id captures in ``engine`` (a physical point name), or None where it captures nothing.
+
+    The list is read whole: SGLang >= 0.5.13 decides the +1 for DeepSeek-family targets by the first id.
+    """
+    return [p.name if p else None for p in points_id_meanings(ids, engine, L)]
 
 
-def engine_points(cfg: dict, engine: str, L: int, path: Path = Path("config.json")
+def engine_points(cfg: dict, engine: Engine, L: int, path: Path = Path("config.json")
                   ) -> tuple[list[Point], str, list[int] | None, list[str | None]]:
-    """(points fed, how the engine read them, the ids, per-id meaning; None where an id captures nothing)."""
+    """(points fed, in slot order; how the engine read them; the ids; per-id meaning, None = nothing)."""
     ids, key = _ids(cfg, engine)
     if ids is None:
-        return eagle3_default(L), f"{key} absent: {engine} falls back to its default HF [2, L//2, L-3]", None, []
+        return (default_points(engine, L), f"{key} absent: {engine.label()} falls back to its default capture",
+                None, [])
     ids = _check_id_list(ids, key, path)
-    if engine == "sglang-new":  # the +1 rule depends on the whole list, so convert it whole when it can be
-        try:
-            fed = points_from_ids(ids, engine, L)
-            return fed, f"{key} = {ids}", ids, [q.name for q in fed]
-        except EaglewireError:
-            pass
     meaning = id_meanings(ids, engine, L)
-    fed = [Point.parse(m) for m in meaning if m is not None]
+    fed = sorted({Point.parse(m) for m in meaning if m is not None})  # engines walk the layers in order
     return fed, f"{key} = {ids}", ids, meaning
 
 
-def _fix_for(trained: list[Point], engine: str, L: int) -> str:
+def _fix_for(trained: list[Point], engine: Engine, L: int) -> str:
     ids = ids_for_points(trained, engine, L)
     key = _ids({}, engine)[1]
     if any(i is None for i in ids):
-        return f"{engine} cannot capture {[p.name for p, i in zip(trained, ids) if i is None]}: retrain on capturable points"
-    where = "inside eagle_config" if engine.startswith("sglang") else "at the top level of config.json"
-    return f'set "{key.split(".")[-1]}": {ids} {where}'
+        return (f"{engine.label()} cannot capture {[p.name for p, i in zip(trained, ids) if i is None]} with any id "
+                "list: retrain on capturable points")
+    if trained != sorted(set(trained)):
+        return f"{engine.label()} feeds slots in ascending layer order: retrain with the points in ascending order"
+    where = "inside eagle_config" if engine.name == "sglang" else "at the top level of config.json"
+    return f'set "{key.split(".")[-1]}": {ids} {where} (ids for {engine.label()})'
 
 
 def _shape(shapes: dict, suffix: str) -> list[int] | None:
@@ -189,9 +189,7 @@ def check_numerics(cfg: dict, trained_cfg: dict | None, rep: Report) -> None:
                 f'set "max_position_embeddings": {trained_len}', level="warning")
 
 
-def doctor_config(d: Path, engine: str, L: int | None, trained: list[str] | None, trained_sha: str | None,
-                  serving_sha: str | None, trained_cfg: dict | None = None) -> Report:
-    rep = Report("config")
+def _read_config(d: Path) -> tuple[Path, dict]:
     p = Path(d) / "config.json"
     if not p.is_file():
         raise EaglewireError(f"{d}: no config.json (expected a draft model directory)")
@@ -201,43 +199,69 @@ def doctor_config(d: Path, engine: str, L: int | None, trained: list[str] | None
         raise EaglewireError(f"{p}: not valid JSON ({e}); expected the draft model's config.json") from e
     if not isinstance(cfg, dict):
         raise EaglewireError(f"{p}: expected a JSON object, got {type(cfg).__name__}")
-    if engine not in ENGINES:
-        raise EaglewireError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
-    if L is None:
-        raise EaglewireError("the target's number of layers is unknown: pass --target or --num-layers")
-    e3, why = _is_eagle3(cfg, engine)
-    rep.add("eagle3 head", e3, why, 'serve as EAGLE-3 (architectures ["LlamaForCausalLMEagle3"] / --speculative-algorithm EAGLE3); '
-            "as EAGLE-1 the fc over the 3 target features is skipped and tau falls to ~1")
+    return p, cfg
+
+
+def _check_points(rep: Report, cfg: dict, p: Path, engine: Engine, L: int, trained: list[str] | None) -> None:
+    """The ids rows: capturable, key location, present, and fed == trained."""
     fed, how, ids, meaning = engine_points(cfg, engine, L, p)
-    rep.data.update(engine=engine, engine_reads=how, fed=[q.name for q in fed], trained=trained,
-                    id_meanings=dict(zip(map(str, ids or []), meaning)))
+    fix = _fix_for([Point.parse(n) for n in trained], engine, L) if trained else None
+    rep.data.update(engine=engine.label(), engine_reads=how, fed=[q.name for q in fed], trained=trained,
+                    id_meanings=dict(zip(map(str, ids or []), meaning)), assumed=engine.assumptions())
+    if engine.assumptions():
+        rep.add("engine", True, f"rules of {engine.label()}: " + "; ".join(engine.assumptions()))
     if ids is not None:
-        each = ", ".join(f"{i} -> {m or 'nothing (not a layer ' + engine + ' can capture with ' + str(L) + ' layers)'}"
+        each = ", ".join(f"{i} -> {m or 'nothing (' + engine.label() + ' cannot capture it with ' + str(L) + ' layers)'}"
                          for i, m in zip(ids, meaning))
-        fix = _fix_for([Point.parse(n) for n in trained], engine, L) if trained else f"use ids {engine} can capture"
-        rep.add("ids capturable", None not in meaning, f"{engine} with {L} layers: {each}", fix)
-    if engine.startswith("vllm") or engine == "speculators":
+        rep.add("ids capturable", None not in meaning, f"{engine.label()} with {L} layers: {each}",
+                fix or f"use ids {engine.label()} can capture")
+    if engine.name in ("vllm", "speculators"):
         nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         if nested is not None and cfg.get("eagle_aux_hidden_state_layer_ids") is None:
-            lucky = bool(trained) and [q.name for q in fed] == list(trained)
-            rep.add("key location", False, f"ids {nested} are only under eagle_config, which {engine} ignores"
-                    + (" (its default happens to match training)" if lucky else ""),
-                    _fix_for([Point.parse(n) for n in trained], engine, L) if trained else "move them to the top level",
-                    level="warning" if lucky else "error")
+            rep.add("key location", False, f"ids {nested} are only under eagle_config: vLLM 0.32's default runner "
+                    "falls back to them, its new GPU model runner ignores them and uses its default",
+                    fix or "move them to the top level", level="warning")
     if ids is None:
-        rep.add("ids present", False, f"no ids for {engine}: it uses its default capture",
-                _fix_for([Point.parse(n) for n in trained], engine, L) if trained else "write the ids explicitly",
-                level="warning")
+        rep.add("ids present", False, f"no ids for {engine.label()}: it uses its default capture",
+                fix or "write the ids explicitly", level="warning")
     if trained:
         ok = [q.name for q in fed] == list(trained)
-        rep.add("points", ok, f"{engine} feeds {[q.name for q in fed]} ({how}); trained on {list(trained)}",
-                _fix_for([Point.parse(n) for n in trained], engine, L))
+        rep.add("points", ok, f"{engine.label()} feeds {[q.name for q in fed]} ({how}); trained on {list(trained)}", fix)
     else:
-        rep.add("points", False, f"{engine} feeds {[q.name for q in fed]}; training points unknown", "pass --trained-on CKPT", level="warning")
-    if engine.startswith("sglang") and ids:
-        w = sglang_version_warning(ids, L)
-        if w:
-            rep.add("sglang version", False, w, "pin the SGLang version, or use ids whose first entry is not 1", level="warning")
+        rep.add("points", False, f"{engine.label()} feeds {[q.name for q in fed]}; training points unknown",
+                "pass --trained-on CKPT", level="warning")
+
+
+def _check_other_versions(rep: Report, cfg: dict, p: Path, engine: Engine, L: int, trained: list[str] | None) -> None:
+    """No version given: say where the known versions would feed something else."""
+    if engine.version or len(engine.versions()) < 2:
+        return
+    fed = {}
+    for v in engine.versions():
+        pts, _how, _ids, _m = engine_points(cfg, v, L, p)
+        fed[v.label()] = [q.name for q in pts]
+    if len({tuple(f) for f in fed.values()}) < 2:
+        return
+    each = "; ".join(f"{k} feeds {f}" + (" (= training)" if trained and f == list(trained) else "")
+                     for k, f in fed.items())
+    rep.add("engine versions", False, f"the known {engine.name} versions read these ids differently: {each}",
+            f"name the version you serve with: --engine {engine.name}==VERSION", level="warning")
+
+
+def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[str] | None, trained_sha: str | None,
+                  serving_sha: str | None, trained_cfg: dict | None = None, arch: str | None = None) -> Report:
+    rep = Report("config")
+    p, cfg = _read_config(d)
+    eng = Engine.parse(engine, arch)
+    if eng.name not in ENGINES:
+        raise EaglewireError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)} (optionally ==VERSION)")
+    if L is None:
+        raise EaglewireError("the target's number of layers is unknown: pass --target or --num-layers")
+    e3, why = _is_eagle3(cfg, eng.name)
+    rep.add("eagle3 head", e3, why, 'serve as EAGLE-3 (architectures ["LlamaForCausalLMEagle3"] / --speculative-algorithm EAGLE3); '
+            "as EAGLE-1 the fc over the 3 target features is skipped and tau falls to ~1")
+    _check_points(rep, cfg, p, eng, L, trained)
+    _check_other_versions(rep, cfg, p, eng, L, trained)
     _check_weights(Path(d), cfg, rep)
     check_numerics(cfg, trained_cfg, rep)
     if trained_sha and serving_sha:

@@ -27,7 +27,8 @@ def register(app) -> None:
     def export(cfg: ExportConfig) -> None:
         r = run_export(cfg)
         ids = "no ids (hard-coded)" if r["ids"] is None else f"ids {r['ids']} in {r['ids_key']}"
-        _print(r, cfg.json, f"wrote {r['format']} drafter to {r['out']}: points {r['points']} -> {ids}")
+        _print(r, cfg.json, f"wrote {r['format']} drafter to {r['out']}: points {r['points']} -> {ids}"
+                            f" (for {r['engine']})" + "".join(f"\n  assumed: {a}" for a in r["assumed"]))
 
     def imp(cfg: ImportConfig) -> None:
         r = run_import(cfg)

@@ -18,7 +18,7 @@ from ..atomic import atomic_dir
 from ..config import opt
 from ..drafter.checkpoint import load_checkpoint
 from ..errors import EaglewireError
-from ..points import ENGINE_HELP, ids_for_points, parse_points, sglang_version_warning
+from ..points import ENGINE_HELP, Engine, ids_for_points, parse_points, version_differences
 from .formats import ID_ENGINE, ID_KEY, build_config, canonical, refusals, to_format_state
 
 RECORD = "eaglewire.export.json"
@@ -29,6 +29,8 @@ class ExportConfig:
     ckpt: Path = opt(help="eaglewire drafter checkpoint directory (train's out/drafter)", arg=True)
     format: str = opt(help="sglang (also SpecForge), vllm, speculators, eagle (official SafeAILab/EAGLE)")
     out: Path = opt(help="output directory (must not exist unless --force)")
+    engine_version: str = opt("", "version of the engine that will serve it (sglang: ids mean different layers "
+                              "from 0.5.13 on DeepSeek-family targets); default: the newest verified")
     verifier: str = opt("", "speculators: verifier name_or_path to record (empty = null: speculators then loads nothing else)")
     speculative_tokens: int = opt(3, "speculators: greedy proposal length recorded in speculators_config")
     force: bool = opt(False, "replace --out if it exists")
@@ -57,20 +59,29 @@ def _write_dir(out: Path, force: bool, files: dict) -> None:
                 (tmp / name).write_text(json.dumps(content, indent=2))
 
 
+def serving_engine(fmt: str, version: str, prov: dict) -> Engine:
+    """The engine the ids are written for: the format's, at `version`, on the recorded target's family."""
+    fp = prov.get("target_fingerprint")
+    arch = fp.get("model_type") if isinstance(fp, dict) else None
+    name = ID_ENGINE[fmt]
+    return Engine.parse(f"{name}=={version}" if version else name, arch)
+
+
 def run_export(cfg: ExportConfig) -> dict:
     fmt = canonical(cfg.format)
     model, prov = load_checkpoint(cfg.ckpt)
     L = int(prov["target_num_layers"])
     points = parse_points(prov["points"]["names"], L)
-    why = refusals(fmt, model.config, points, L)
+    eng = serving_engine(fmt, cfg.engine_version, prov)
+    why = refusals(fmt, model.config, points, L, eng)
     if why:
-        raise EaglewireError(f"{cfg.ckpt}: cannot export to {fmt}: " + "; ".join(why))
-    ids = None if fmt == "eagle" else [int(i) for i in ids_for_points(points, ID_ENGINE[fmt], L)]
-    warnings = []
+        raise EaglewireError(f"{cfg.ckpt}: cannot export to {fmt} for {eng.label()}: " + "; ".join(why))
+    ids = None if fmt == "eagle" else [int(i) for i in ids_for_points(points, eng, L)]
+    warnings: list[str] = []
     if fmt == "sglang":
-        w = sglang_version_warning(ids, L)
+        w = version_differences(ids, Engine("sglang", None, eng.arch), L)
         if w:
-            warnings.append(w)
+            warnings.append(w + f"; these ids are written for {eng.label()}")
     if fmt == "speculators" and not cfg.verifier:
         warnings.append("no --verifier: speculators_config.verifier.name_or_path is null, and speculators 0.9.0 "
                         "Eagle3DraftModel.from_pretrained reads the verifier's config (it fails without one): "
@@ -83,7 +94,7 @@ def run_export(cfg: ExportConfig) -> dict:
     config = build_config(fmt, model.config, ids, _verifier(cfg.verifier), cfg.speculative_tokens)
     tensors = to_format_state(fmt, model.config, model.state_dict())
     record = {"source": str(cfg.ckpt), "format": fmt, "points": [p.name for p in points], "target_num_layers": L,
-              "ids": ids, "ids_meaning": ENGINE_HELP[ID_ENGINE[fmt]], "ids_key": ID_KEY[fmt], "warnings": warnings,
+              "ids": ids, "engine": eng.label(), "assumed": eng.assumptions(), "ids_meaning": ENGINE_HELP[ID_ENGINE[fmt]], "ids_key": ID_KEY[fmt], "warnings": warnings,
               "target_fingerprint": prov.get("target_fingerprint")}
     _write_dir(cfg.out, cfg.force, {"config.json": config, "model.safetensors": tensors, RECORD: record})
     return {"out": str(cfg.out), **record, "num_tensors": len(tensors)}

@@ -19,7 +19,7 @@ import torch
 
 from ..drafter import DrafterConfig
 from ..errors import EaglewireError
-from ..points import Point, eagle3_default, ids_for_points
+from ..points import Engine, Point, eagle3_default, ids_for_points, order_problem
 
 FORMATS = ("sglang", "vllm", "speculators", "eagle")
 ALIASES = {"specforge": "sglang", "official": "eagle"}
@@ -41,15 +41,23 @@ def canonical(fmt: str) -> str:
 # --- what a format can express --------------------------------------------------
 
 
-def refusals(fmt: str, cfg: DrafterConfig, points: list[Point], num_layers: int) -> list[str]:
-    """Reasons the drafter cannot be written in `fmt` (empty = it can)."""
+def refusals(fmt: str, cfg: DrafterConfig, points: list[Point], num_layers: int,
+             engine: Engine | None = None) -> list[str]:
+    """Reasons the drafter cannot be written in `fmt` (empty = it can).
+
+    `engine` names the serving version and target architecture when known (SGLang's
+    meaning of an id list depends on both); default: the format's engine, newest verified.
+    """
     why: list[str] = []
-    ids = ids_for_points(points, ID_ENGINE[fmt], num_layers) if fmt != "eagle" else None
+    eng = engine or Engine.parse(ID_ENGINE[fmt])
+    ids = ids_for_points(points, eng, num_layers) if fmt != "eagle" else None
     if ids is not None:
         bad = [p.name for p, i in zip(points, ids) if i is None]
         if bad:
-            why.append(f"{fmt} has no layer id for {', '.join(bad)} (it cannot capture that tensor), "
-                       "but the drafter was trained on it")
+            why.append(f"{eng.label()} has no layer id for {', '.join(bad)} (it cannot capture that tensor, or no id "
+                       "list reads as these points), but the drafter was trained on it")
+        if order := order_problem(points, eng):
+            why.append(order)
     if fmt in ("sglang", "vllm", "eagle") and cfg.num_aux != 3:
         why.append(f"{fmt}'s fc is hard-coded to 3 x target_hidden_size inputs; the drafter has {cfg.num_aux} feature slots")
     if fmt in ("sglang", "vllm", "eagle") and cfg.fc_norm:

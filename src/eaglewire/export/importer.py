@@ -21,7 +21,7 @@ from ..config import opt
 from ..drafter import DrafterConfig, Eagle3Drafter
 from ..drafter.checkpoint import check_state, save_checkpoint
 from ..errors import EaglewireError
-from ..points import ENGINES, eagle3_default, points_from_ids, sglang_version_warning
+from ..points import ENGINES, Engine, eagle3_default, points_from_ids, version_differences
 from .formats import ID_ENGINE, ID_KEY, canonical, from_format_state
 from .weights import read_weights
 
@@ -135,12 +135,13 @@ def resolve_points(fmt: str, raw: dict, L: int, num_aux: int, layers_from: str, 
         return pts, rec
     if len(ids) != num_aux:
         raise EaglewireError(f"config.json: {len(ids)} layer ids {ids} but fc.weight takes {num_aux} feature slots")
-    pts = points_from_ids(list(ids), engine, L)
-    notes.inferred.append(f"ids {ids} read as {engine} ids -> {[p.name for p in pts]}")
-    if engine in ("sglang", "specforge"):
-        w = sglang_version_warning(list(ids), L)
-        if w:
-            notes.warnings.append(w)
+    eng = Engine.parse(engine)
+    pts = points_from_ids(list(ids), eng, L)
+    notes.inferred.append(f"ids {ids} read as {eng.label()} ids -> {[p.name for p in pts]}")
+    notes.assumed.extend(eng.assumptions())
+    w = version_differences(list(ids), eng, L)
+    if w:
+        notes.warnings.append(w)
     return pts, rec
 
 
@@ -207,8 +208,8 @@ def run_import(cfg: ImportConfig) -> dict:
     src = Path(cfg.src)
     if cfg.out.exists() and not cfg.force:
         raise EaglewireError(f"--out {cfg.out}: already exists (pass --force to replace it)")
-    if cfg.layers_from and cfg.layers_from not in ENGINES:
-        raise EaglewireError(f"--layers-from {cfg.layers_from!r}: expected one of {', '.join(ENGINES)}")
+    if cfg.layers_from:
+        Engine.parse(cfg.layers_from)  # fails early, naming the accepted engines
     cpath = src / "config.json"
     if not cpath.is_file():
         raise EaglewireError(f"{src}: no config.json")
