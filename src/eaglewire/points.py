@@ -31,6 +31,7 @@ PINNED = {"sglang": "0.5.23", "vllm": "0.32.0"}
 # First SGLang release whose deepseek_v2.py / glm4_moe_lite.py add the +1 only when
 # the first id is 1 (bisected over the PyPI wheels: 0.5.12.post1 has no condition).
 SGLANG_FIRST_ID_RULE_SINCE = "0.5.13"
+SGLANG_LAST_ALWAYS_PLUS_ONE = "0.5.12.post1"  # executed by the conformance test too
 # Target classes that inherit that conditional rule in SGLang 0.5.23 (the test
 # derives this set from the wheel and fails when it changes) ...
 SGLANG_FIRST_ID_ARCHS = frozenset({
@@ -208,8 +209,7 @@ class Engine:
         """This engine under each rule-distinct version known (for 'check every version')."""
         if self.name != "sglang" or self.version:
             return [self]
-        old = ".".join(map(str, _version_tuple(SGLANG_FIRST_ID_RULE_SINCE)[:2])) + ".12"
-        return [Engine("sglang", old, self.arch), Engine("sglang", PINNED["sglang"], self.arch)]
+        return [Engine("sglang", SGLANG_LAST_ALWAYS_PLUS_ONE, self.arch), Engine("sglang", PINNED["sglang"], self.arch)]
 
 
 def default_points(engine: str | Engine, num_layers: int, arch: str | None = None) -> list[Point]:

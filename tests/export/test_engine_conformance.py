@@ -31,6 +31,7 @@ from eaglewire.points import (
     PINNED,
     SGLANG_FIRST_ID_ARCHS,
     SGLANG_FIRST_ID_RULE_SINCE,
+    SGLANG_LAST_ALWAYS_PLUS_ONE,
     Engine,
     default_points,
     eagle3_default,
@@ -165,7 +166,7 @@ def test_seeds_kimi_case_is_read_one_layer_early_by_0_5_23(sglang):
 
 def test_sglang_before_the_condition_always_adds_one():
     """0.5.12.post1, the last release before SGLANG_FIRST_ID_RULE_SINCE: deepseek_v2 adds +1 always."""
-    pk = Package.parse(sources(wheel("sglang", "0.5.12.post1"), "sglang/srt/models/deepseek_v2.py"),
+    pk = Package.parse(sources(wheel("sglang", SGLANG_LAST_ALWAYS_PLUS_ONE), "sglang/srt/models/deepseek_v2.py"),
                        "sglang.srt.models")
     (ci,) = [c for c in pk.classes.values() if c.name == "DeepseekV2ForCausalLM"]
     for ids in ([2, 30, 58], [1, 30, 58], [0, 5]):
