@@ -97,12 +97,10 @@ def run_layers(cfg: LayersConfig) -> None:
     pts = points_from_ids(cfg.ids, eng, cfg.num_layers)
     res = id_lists(pts, cfg.num_layers)
     res["from"] = {"engine": eng.label(), "ids": cfg.ids, "assumed": eng.assumptions()}
-    res["warnings"] = [w for w in [version_differences(cfg.ids, eng, cfg.num_layers)] if w]
-    for name in ("sglang", "sglang_deepseek"):
-        ids = res[name]
-        w = version_differences(ids, "sglang", cfg.num_layers) if None not in ids else None
-        if w and name == "sglang" and w not in res["warnings"]:
-            res["warnings"].append(w)
+    # how SGLang versions read the given ids, and the classic SGLang ids printed in the table
+    sg = res["sglang"] if None not in res["sglang"] else None
+    found = [version_differences(cfg.ids, eng, cfg.num_layers), sg and version_differences(sg, "sglang", cfg.num_layers)]
+    res["warnings"] = list(dict.fromkeys(w for w in found if w))
 
     def human(r):
         keys = ["hf_index", "sglang", "sglang_deepseek", "specforge", "vllm", "speculators"]

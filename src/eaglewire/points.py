@@ -128,8 +128,6 @@ def eagle3_default(num_layers: int) -> list[Point]:
     return [points_from_ids([2, L // 2, L - 3], "hf", L)[i] for i in range(3)]
 
 
-
-
 # --- engines, versions and the rule each applies -------------------------------
 
 
@@ -182,8 +180,7 @@ class Engine:
         base = _ALIASES.get(self.name, self.name)
         if base != "sglang" or self.name == "specforge":
             return base
-        v = _version_tuple(self.assumed_version or PINNED["sglang"])
-        if v >= _version_tuple(SGLANG_FIRST_ID_RULE_SINCE) and first_id_family(self.arch):
+        if _version_tuple(self.assumed_version) >= _version_tuple(SGLANG_FIRST_ID_RULE_SINCE) and first_id_family(self.arch):
             return "sglang-first-id"
         return "sglang"
 

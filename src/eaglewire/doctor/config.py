@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from ..errors import EaglewireError
-from ..points import Engine, Point, default_points, ids_for_points
+from ..points import Engine, Point, default_points, fed_points, ids_for_points
 from ..points import id_meanings as points_id_meanings
 from .verdict import Report
 
@@ -64,7 +64,7 @@ def engine_points(cfg: dict, engine: Engine, L: int, path: Path = Path("config.j
                 None, [])
     ids = _check_id_list(ids, key, path)
     meaning = id_meanings(ids, engine, L)
-    fed = sorted({Point.parse(m) for m in meaning if m is not None})  # engines walk the layers in order
+    fed = [q for q in fed_points(ids, engine, L) if q is not None]
     return fed, f"{key} = {ids}", ids, meaning
 
 
