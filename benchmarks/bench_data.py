@@ -17,8 +17,8 @@ import torch
 
 from eaglewire.data.extract import ExtractSettings, _batches, _forward, extract, tokenize_rows
 from eaglewire.data.generate import GenSettings, encode_prompt, generate_batch
-from eaglewire.points import eagle3_default
-from eaglewire.targets import load_target
+from eaglewire.target.load import load_target
+from eaglewire.target.points import eagle3_default
 
 PROMPTS = ["Explain how rainbows form.", "Write a haiku about autumn.", "What is the capital of Japan?",
            "Give me a recipe for pancakes.", "How do vaccines work?", "Describe a cat to someone who has never seen one.",
@@ -51,7 +51,7 @@ def bench_extract(t, n: int) -> dict:
     bare = time.perf_counter() - t0
     t0 = time.perf_counter()
     for b in batches:
-        _forward(t, b, [__import__("eaglewire.points", fromlist=["Point"]).Point.parse(p) for p in pts])
+        _forward(t, b, [__import__("eaglewire.target.points", fromlist=["Point"]).Point.parse(p) for p in pts])
     capture_only = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()

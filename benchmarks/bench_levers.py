@@ -27,12 +27,12 @@ from pathlib import Path
 
 import torch
 
-from eaglewire.config import config_from_dict
 from eaglewire.data.dataset import FeatureDataset
 from eaglewire.doctor.drafter import chain_stats
 from eaglewire.drafter.checkpoint import load_checkpoint
-from eaglewire.targets import load_target
-from eaglewire.train import TrainConfig, run_train
+from eaglewire.infra.options import config_from_dict
+from eaglewire.target.load import load_target
+from eaglewire.training.loop import TrainConfig, run_train
 
 BASE = dict(epochs=1, batch_size=2, lr=3e-3, max_len=512, ttt_steps=5, device="cpu", save_every=100000,
             val_fraction=0.05, seed=0)

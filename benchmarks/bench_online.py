@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from eaglewire.data.config import DataExtractConfig, DataGenerateConfig, DataVocabConfig
+from eaglewire.data.options import DataExtractConfig, DataGenerateConfig, DataVocabConfig
 from eaglewire.data.pipeline import run_extract, run_generate, run_vocab
-from eaglewire.train import TrainConfig, run_train
+from eaglewire.training.loop import TrainConfig, run_train
 
 COPY = ("prompts.jsonl", "responses.jsonl", "generate.config.json", "vocab.safetensors", "vocab.json")
 
@@ -46,7 +46,7 @@ def build(root: Path, args) -> tuple[Path, Path]:
 def step_tokens(data: Path, args) -> list[int]:
     """Tokens each step trains on: a pure function of (seed, step), so the same for both runs."""
     from eaglewire.data.dataset import FeatureDataset
-    from eaglewire.train import global_batch, split_indices
+    from eaglewire.training.loop import global_batch, split_indices
 
     ds = FeatureDataset(data, verify=False, max_len=args.max_len)
     lens = [int(ds[i]["input_ids"].numel()) for i in range(len(ds))]

@@ -27,7 +27,7 @@ from eaglewire.data.generate import generate_responses  # noqa: E402
 from eaglewire.data.server import ChatClient, ServerSettings, generate_via_server  # noqa: E402
 from eaglewire.data.settings import GenSettings  # noqa: E402
 from eaglewire.data.topic_prompts import topic_prompts  # noqa: E402
-from eaglewire.targets import load_target, resolve_target_dir  # noqa: E402
+from eaglewire.target.load import load_target, resolve_target_dir  # noqa: E402
 from support.serve import transformers_server  # noqa: E402
 
 MODES = {"serve": [], "serve --continuous-batching": ["--continuous-batching"]}

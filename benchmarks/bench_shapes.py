@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from eaglewire.decoding.cli import _round_robin, heldout_prompts_path  # noqa: E402
 from eaglewire.decoding.compat import load_drafter_for  # noqa: E402
 from eaglewire.decoding.engine import SpecConfig, SpecEngine  # noqa: E402
-from eaglewire.targets import load_target  # noqa: E402
+from eaglewire.target.load import load_target  # noqa: E402
 
 DEFAULT_SHAPES = ("3,4,10", "3,2,7", "2,3,6", "3,3,8")
 

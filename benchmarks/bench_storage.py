@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from eaglewire.data.config import DataExtractConfig, DataGenerateConfig, DataVocabConfig
 from eaglewire.data.manifest import read_manifest
+from eaglewire.data.options import DataExtractConfig, DataGenerateConfig, DataVocabConfig
 from eaglewire.data.pipeline import run_extract, run_generate, run_vocab
-from eaglewire.targets import load_target
-from eaglewire.train import TrainConfig, run_train
+from eaglewire.target.load import load_target
+from eaglewire.training.loop import TrainConfig, run_train
 
 DTYPES = ("fp32", "bf16", "fp16")
 # the quick demo's training options (src/eaglewire/demo.py), with a fixed step budget

@@ -10,7 +10,7 @@ steps, loss decay 0.8, SDPA attention, fp32, AdamW (same lr / betas / weight
 decay / clip), ``--threads`` CPU threads, on the *same* batch and the *same*
 initial weights:
 
-* ours: exactly ``eaglewire.train.train_step``'s body (``_micro_batch_loss`` ->
+* ours: exactly ``eaglewire.training.loop.train_step``'s body (``_micro_batch_loss`` ->
   ``ttt_forward``, backward, ``clip_grad_norm_``, ``AdamW.step``), minus
   dataset reading/collation;
 * speculators 0.9.0 (its own venv, via ``_speculators_train_step.py``): the body
@@ -64,8 +64,8 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # a checkout without in
 from eaglewire.data.pipeline import auto_vocab_size  # noqa: E402
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter  # noqa: E402
 from eaglewire.drafter.ttt import prepare_targets, ttt_forward  # noqa: E402
-from eaglewire.targets import load_target  # noqa: E402
-from eaglewire.train import _micro_batch_loss  # noqa: E402
+from eaglewire.target.load import load_target  # noqa: E402
+from eaglewire.training.loop import _micro_batch_loss  # noqa: E402
 from support.speculators_venv import ensure_speculators_venv  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -153,7 +153,7 @@ def build_ours(dcfg: DrafterConfig, init: dict, freeze_head: bool, args) -> tupl
 
 
 def ours_step(model, opt, batch: dict, head_w: torch.Tensor, cfg, clip: float) -> tuple[float, list[float]]:
-    """eaglewire.train.train_step's body for one micro-batch (single process)."""
+    """eaglewire.training.loop.train_step's body for one micro-batch (single process)."""
     n_global = (batch["loss_mask"] & batch["attention_mask"]).sum().float()
     opt.zero_grad(set_to_none=True)
     loss, c, n, total = _micro_batch_loss(model, batch, head_w, cfg, n_global, 1, "cpu")
@@ -362,7 +362,7 @@ def main() -> None:
             check: dict = {"seq_len": T, "steps": acc_steps, "speculators": spec["acc_check"]}
             for name, freeze, rand_head in (("ours", False, False), ("ours_random_head", False, True)):
                 ini = dict(init)
-                if rand_head:  # what eaglewire.train.build_drafter does: nn.Linear default init
+                if rand_head:  # what eaglewire.training.loop.build_drafter does: nn.Linear default init
                     torch.manual_seed(0)
                     ini["lm_head.weight"] = Eagle3Drafter(dcfg).lm_head.weight.detach().clone()
                 m3, o3 = build_ours(dcfg, ini, freeze, args)

@@ -14,14 +14,14 @@ ARCHS = ["llama", "qwen3", "mistral", "deepseek_v3"]
 @pytest.fixture(scope="session")
 def tiny_targets():
     """Loaded tiny targets, one per architecture, built once per session."""
-    from eaglewire.targets import load_target
+    from eaglewire.target.load import load_target
 
     return {a: load_target(f"tiny:{a}") for a in ARCHS}
 
 
 @pytest.fixture(scope="session")
 def default_target():
-    from eaglewire.targets import load_target
+    from eaglewire.target.load import load_target
 
     return load_target("default")
 
@@ -37,7 +37,7 @@ def tiny_dataset(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_drafter(tiny_dataset, tmp_path_factory):
     """A briefly trained drafter on the tiny llama dataset: (checkpoint dir, dataset dir)."""
-    from eaglewire.train import TrainConfig, run_train
+    from eaglewire.training.loop import TrainConfig, run_train
 
     out = tmp_path_factory.mktemp("tinyrun")
     run_train(TrainConfig(data=tiny_dataset, out=out, device="cpu", max_steps=150, batch_size=4, lr=3e-3,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import typer
 
-from .config import build_command, opt
-from .errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.options import build_command, opt
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Train, run, export and verify EAGLE-3 drafters with provably right hidden-state wiring.")
@@ -36,9 +36,9 @@ class InspectConfig:
 
 
 def run_inspect(cfg: InspectConfig) -> None:
-    from .device import resolve_device
-    from .points import eagle3_default, id_lists
-    from .targets import chat_template_hash, load_target
+    from eaglewire.infra.device import resolve_device
+    from eaglewire.target.load import chat_template_hash, load_target
+    from eaglewire.target.points import eagle3_default, id_lists
 
     t = load_target(cfg.target, device=resolve_device(cfg.device))
     pts = eagle3_default(t.num_layers)
@@ -91,7 +91,7 @@ class LayersConfig:
 
 
 def run_layers(cfg: LayersConfig) -> None:
-    from .points import Engine, id_lists, points_from_ids, version_differences
+    from eaglewire.target.points import Engine, id_lists, points_from_ids, version_differences
 
     eng = Engine.parse(cfg.from_engine, cfg.arch or None)
     pts = points_from_ids(cfg.ids, eng, cfg.num_layers)
@@ -133,10 +133,10 @@ class CaptureConfig:
 def run_capture(cfg: CaptureConfig) -> None:
     from safetensors.torch import save_file
 
-    from .capture import capture
-    from .device import resolve_device, resolve_dtype
-    from .points import eagle3_default, id_lists, parse_points
-    from .targets import load_target
+    from eaglewire.infra.device import resolve_device, resolve_dtype
+    from eaglewire.target.capture import capture
+    from eaglewire.target.load import load_target
+    from eaglewire.target.points import eagle3_default, id_lists, parse_points
 
     dev = resolve_device(cfg.device)
     t = load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
@@ -170,8 +170,8 @@ def _register_stages() -> None:
     """Stage modules add their own commands (they import lazily inside `run`)."""
     import importlib
 
-    for mod in ("eaglewire.data.cli", "eaglewire.train", "eaglewire.decoding.cli", "eaglewire.export.cli",
-                "eaglewire.doctor.cli", "eaglewire.demo", "eaglewire.plan"):
+    for mod in ("eaglewire.data.cli", "eaglewire.training.loop", "eaglewire.decoding.cli", "eaglewire.export.cli",
+                "eaglewire.doctor.cli", "eaglewire.demo.run", "eaglewire.plan.estimate"):
         m = importlib.import_module(mod)
         m.register(app)
 

@@ -10,13 +10,13 @@ import time
 import pytest
 import torch
 
-from eaglewire.capture import capture
 from eaglewire.data.dataset import FeatureDataset, collate
 from eaglewire.data.extract import ExtractSettings, extract
 from eaglewire.data.jsonl import rewrite_jsonl
 from eaglewire.data.lossmask import render_with_mask
-from eaglewire.errors import EaglewireError
-from eaglewire.points import FINAL_NORM, Point
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.capture import capture
+from eaglewire.target.points import FINAL_NORM, Point
 
 WORDS = "the quick brown fox jumps over lazy dog hello world robot paint story sea boat fish sky blue".split()
 

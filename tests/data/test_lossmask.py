@@ -5,7 +5,7 @@ import pytest
 from conftest import ARCHS
 from eaglewire.data import lossmask
 from eaglewire.data.lossmask import render, render_with_mask
-from eaglewire.errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError
 
 # Written out by hand (not derived from the code under test).
 END_OF_TURN = {

@@ -11,7 +11,7 @@ from eaglewire.data.prompts import (
     prompt_turns,
     self_prompts,
 )
-from eaglewire.errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError
 
 
 def _write(tmp_path, lines, name="p.jsonl"):

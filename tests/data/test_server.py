@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from eaglewire import cli
-from eaglewire.targets import resolve_target_dir
+from eaglewire.target.load import resolve_target_dir
 from support.serve import free_port, transformers_server
 
 N_PROMPTS, NEW_TOKENS = 6, 8
@@ -192,7 +192,7 @@ QWEN3_LIKE = (
 def test_reasoning_is_kept_where_the_template_renders_it_and_trained_on(msg):
     from eaglewire.data.lossmask import render_with_mask
     from eaglewire.data.server import assistant_message, template_renders_reasoning
-    from eaglewire.targets import load_tokenizer
+    from eaglewire.target.load import load_tokenizer
 
     tok = load_tokenizer("tiny:llama")
     assert not template_renders_reasoning(tok)

@@ -113,7 +113,7 @@ def test_two_ranks_make_the_same_samples_as_one_process(single, tmp_path):
 
 
 def test_second_job_is_refused_by_the_lock(tmp_path):
-    from eaglewire.locks import dir_lock
+    from eaglewire.infra.locks import dir_lock
 
     out = tmp_path / "d"
     with dir_lock(out, "test holder"):

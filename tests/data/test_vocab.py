@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eaglewire.data.vocab import build_draft_vocab, count_tokens, load_vocab, save_vocab
-from eaglewire.errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError
 
 
 def _reference(counts: list[int], n: int) -> list[int]:

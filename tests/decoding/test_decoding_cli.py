@@ -11,9 +11,9 @@ from conftest import random_drafter
 from eaglewire.cli import app
 from eaglewire.decoding.compat import load_drafter_for
 from eaglewire.drafter.checkpoint import save_checkpoint
-from eaglewire.errors import EaglewireError
-from eaglewire.points import eagle3_default
-from eaglewire.targets import chat_template_hash, target_fingerprint
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.load import chat_template_hash, target_fingerprint
+from eaglewire.target.points import eagle3_default
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from eaglewire.data.manifest import write_json_atomic
-from eaglewire.doctor.config import doctor_config
 from eaglewire.doctor.dataset import doctor_dataset
 from eaglewire.doctor.drafter import doctor_drafter
+from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.drafter.checkpoint import load_checkpoint, read_provenance
-from eaglewire.errors import EaglewireError
-from eaglewire.targets import chat_template_hash
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.load import chat_template_hash
 
 L = 8  # tiny targets
 

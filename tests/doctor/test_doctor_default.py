@@ -6,8 +6,8 @@ import pytest
 
 from eaglewire.data.extract import ExtractSettings, extract
 from eaglewire.data.manifest import write_json_atomic
-from eaglewire.doctor.config import doctor_config
 from eaglewire.doctor.dataset import doctor_dataset
+from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.checkpoint import save_checkpoint
 

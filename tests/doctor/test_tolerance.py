@@ -14,10 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglewire.data.config import DataExtractConfig
+from eaglewire.data.options import DataExtractConfig
 from eaglewire.data.pipeline import run_extract
 from eaglewire.doctor.dataset import UNIT_ROUNDOFF, doctor_dataset, match_tolerance
-from eaglewire.targets import file_sha256
+from eaglewire.target.load import file_sha256
 
 
 @pytest.fixture(scope="module")

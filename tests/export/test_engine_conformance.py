@@ -1,4 +1,4 @@
-"""Our id rules (`eaglewire.points`) against the engines' own code, executed at pinned versions.
+"""Our id rules (`eaglewire.target.points`) against the engines' own code, executed at pinned versions.
 
 The engines' methods are compiled from the wheels' source files and run on stub
 models (tests/support/engine_code.py says how and why). For SGLang two steps
@@ -25,8 +25,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from eaglewire.errors import EaglewireError
-from eaglewire.points import (
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.points import (
     EMBED,
     PINNED,
     SGLANG_FIRST_ID_ARCHS,

@@ -44,7 +44,7 @@ import torch
 from safetensors.torch import load_file
 
 from eaglewire.export.exporter import ExportConfig, run_export
-from eaglewire.points import ids_for_points, parse_points
+from eaglewire.target.points import ids_for_points, parse_points
 from support.export_helpers import L, make_ckpt
 
 _STACK = [(".qkv_proj", ".q_proj"), (".qkv_proj", ".k_proj"), (".qkv_proj", ".v_proj"),

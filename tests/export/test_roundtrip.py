@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from eaglewire.drafter.checkpoint import load_checkpoint, read_provenance
-from eaglewire.errors import EaglewireError
 from eaglewire.export.exporter import ExportConfig, run_export
 from eaglewire.export.importer import ImportConfig, run_import
-from eaglewire.points import ids_for_points, parse_points
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.points import ids_for_points, parse_points
 from support.export_helpers import L, draft_logits, make_ckpt
 
 FORMATS = ["sglang", "vllm", "speculators", "eagle"]
@@ -101,7 +101,7 @@ def test_sglang_export_for_a_deepseek_target_follows_the_version(tmp_path):
     """The same trained points get other ids for SGLang 0.5.23 on a DeepSeek-family target, and the
     export says how older versions would read them; an id list no version reads right is refused."""
     from eaglewire.drafter.checkpoint import save_checkpoint
-    from eaglewire.points import layer_out
+    from eaglewire.target.points import layer_out
     from support.export_helpers import make_drafter
 
     def ckpt(d, pts):

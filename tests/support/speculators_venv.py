@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eaglewire.errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError
 
 SPECULATORS_VERSION = "0.9.0"
 # Import-time requirements of speculators 0.9.0 (its METADATA, minus the
@@ -34,7 +34,7 @@ _READY = ".eaglewire-ready"
 
 
 def venv_dir() -> Path:
-    from eaglewire.targets import cache_dir
+    from eaglewire.target.load import cache_dir
 
     return cache_dir() / "venvs" / f"speculators-{SPECULATORS_VERSION}"
 

@@ -13,7 +13,7 @@ USER_PROMPTS = [
 
 def build_tiny_dataset(root, arch="llama", n=24, max_new_tokens=24, vocab_size=200, store_dtype="fp32"):
     """A real (regenerated + extracted + vocab) dataset on a tiny target, for stage tests."""
-    from eaglewire.data.config import DataExtractConfig, DataGenerateConfig, DataVocabConfig
+    from eaglewire.data.options import DataExtractConfig, DataGenerateConfig, DataVocabConfig
     from eaglewire.data.pipeline import run_extract, run_generate, run_vocab
 
     prompts = root / "prompts.in.jsonl"

@@ -6,8 +6,7 @@ import json
 
 import typer
 
-from ..config import build_command
-from .config import (
+from eaglewire.data.options import (
     DataBuildConfig,
     DataExtractConfig,
     DataGenerateConfig,
@@ -15,7 +14,8 @@ from .config import (
     DataInfoConfig,
     DataVocabConfig,
 )
-from .pipeline import info, run_build, run_extract, run_generate, run_vocab
+from eaglewire.data.pipeline import info, run_build, run_extract, run_generate, run_vocab
+from eaglewire.infra.options import build_command
 
 
 def _print(res: dict) -> None:
@@ -40,7 +40,7 @@ def _s(v) -> str:
 
 
 def _data_import(cfg: DataImportConfig) -> None:
-    from .foreign import run_data_import
+    from eaglewire.data.foreign import run_data_import
 
     r = run_data_import(cfg)
     if cfg.json:
@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
 
     def out(fn):
         def run(cfg):
-            from .sharded import rank_world
+            from eaglewire.data.sharded import rank_world
 
             res = fn(cfg)
             if rank_world()[0] != 0:  # under torchrun one rank reports the job's (summed) result

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..errors import EaglewireError
-from .manifest import read_manifest, verify_shards
+from eaglewire.data.manifest import read_manifest, verify_shards
+from eaglewire.infra.errors import EaglewireError
 
 
 class FeatureDataset(torch.utils.data.Dataset):

@@ -18,12 +18,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from ..capture import capture
-from ..device import _DTYPES
-from ..errors import EaglewireError
-from ..points import FINAL_NORM, Point, id_lists
-from ..targets import chat_template_hash, fingerprint_mismatch, target_fingerprint
-from .manifest import (
+from eaglewire.data.manifest import (
     FORMAT_VERSION,
     MANIFEST,
     file_sha256,
@@ -31,14 +26,19 @@ from .manifest import (
     shard_problem,
     write_json_atomic,
 )
-from .settings import ExtractSettings
+from eaglewire.data.settings import ExtractSettings
+from eaglewire.infra.device import _DTYPES
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.capture import capture
+from eaglewire.target.load import chat_template_hash, fingerprint_mismatch, target_fingerprint
+from eaglewire.target.points import FINAL_NORM, Point, id_lists
 
 _SHARD_DELAY = float(os.environ.get("EAGLEWIRE_SHARD_DELAY", "0"))
 
 
 def tokenize_rows(tokenizer, rows: list[dict], max_len: int) -> tuple[list, dict]:
     """(index, input_ids, loss_mask) per usable row, and counts of what was dropped."""
-    from .lossmask import render_with_mask
+    from eaglewire.data.lossmask import render_with_mask
 
     out, counts = [], {"truncated": 0, "no_loss_tokens": 0}
     for r in rows:
@@ -179,7 +179,7 @@ def _prepare_out(out_dir: Path, man: dict, resume: bool) -> set[int]:
 def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: dict, resume: bool = False,
             after_shard=None) -> dict:
     """Capture features for `rows` ({index, messages}) into `out_dir`; returns the manifest."""
-    from ..points import parse_points
+    from eaglewire.target.points import parse_points
 
     pts = parse_points(s.points, target.num_layers)
     if s.dtype not in ("fp32", "bf16", "fp16"):

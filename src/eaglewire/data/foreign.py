@@ -30,11 +30,11 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..errors import EaglewireError
-from ..export.weights import load_pickle_weights
-from ..points import FINAL_NORM, id_lists, parse_points, points_from_ids
-from .config import DataImportConfig
-from .manifest import FORMAT_VERSION, MANIFEST, write_json_atomic
+from eaglewire.data.manifest import FORMAT_VERSION, MANIFEST, write_json_atomic
+from eaglewire.data.options import DataImportConfig
+from eaglewire.export.weights import load_pickle_weights
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.points import FINAL_NORM, id_lists, parse_points, points_from_ids
 
 _NUM = re.compile(r"(\d+)")
 
@@ -119,7 +119,7 @@ def _final_norm(cfg: DataImportConfig):
     """(layer count, fingerprint, final norm module or None) from --target."""
     if not cfg.target:
         return (cfg.target_layers or None), None, None, None
-    from ..targets import chat_template_hash, load_target, target_fingerprint
+    from eaglewire.target.load import chat_template_hash, load_target, target_fingerprint
 
     t = load_target(cfg.target, device="cpu")
     return t.num_layers, target_fingerprint(t), t.model.model.norm, chat_template_hash(t.tokenizer)
@@ -172,7 +172,7 @@ def run_data_import(cfg: DataImportConfig) -> dict:
 
 
 def _flush(out: Path, man: dict, buf: list) -> None:
-    from ..data.extract import _write_shard
+    from eaglewire.data.extract import _write_shard
 
     entry = _write_shard(out, len(man["shards"]), buf, buf[0][3].dtype)
     man["shards"].append(entry)

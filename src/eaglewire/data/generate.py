@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..fastlinear import packed_linears
-from ..kvcache import growing_cache
-from .jsonl import JsonlAppender, read_jsonl, rewrite_jsonl
-from .settings import GenSettings
+from eaglewire.data.jsonl import JsonlAppender, read_jsonl, rewrite_jsonl
+from eaglewire.data.settings import GenSettings
+from eaglewire.target.fastlinear import packed_linears
+from eaglewire.target.kvcache import growing_cache
 
 
 @dataclass
@@ -83,7 +83,7 @@ def generate_batch(target, prompts: list[list[int]], s: GenSettings, seed: int) 
 
 def _pending(convs, done_idx: set[int], tokenizer, s: GenSettings, stats: GenStats, share=(0, 1)):
     """What is left to ask, as (index, messages, prompt ids); `share` = (rank, world) takes every world-th."""
-    from .prompts import prompt_turns
+    from eaglewire.data.prompts import prompt_turns
 
     todo = []
     for i, c in enumerate(convs):

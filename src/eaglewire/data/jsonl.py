@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError
 
 
 def read_jsonl(path: Path, tolerate_partial_tail: bool = True) -> list[dict]:

@@ -24,7 +24,7 @@ where a token belongs to the turn iff it STARTS inside it.
 
 from __future__ import annotations
 
-from ..errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError
 
 SENTINEL_USER = "\x00SENTINEL_USER\x00"
 SENTINEL_ASSISTANT = "\x00SENTINEL_ASSISTANT\x00"

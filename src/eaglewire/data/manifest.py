@@ -13,8 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import EaglewireError
-from ..targets import file_sha256
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.load import file_sha256
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

@@ -12,9 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from ..config import save_config
-from ..errors import EaglewireError
-from .config import (
+from eaglewire.data.options import (
     PROMPTS,
     RESPONSES,
     DataBuildConfig,
@@ -22,20 +20,22 @@ from .config import (
     DataGenerateConfig,
     DataVocabConfig,
 )
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.options import save_config
 
 
 def _load(cfg):
-    from ..device import resolve_device, resolve_dtype
-    from ..targets import load_target
-    from .sharded import local_device
+    from eaglewire.data.sharded import local_device
+    from eaglewire.infra.device import resolve_device, resolve_dtype
+    from eaglewire.target.load import load_target
 
     dev = local_device(resolve_device(cfg.device))
     return load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
 
 
 def _collect_prompts(cfg, target) -> tuple[list, dict]:
-    from .jsonl import read_jsonl, rewrite_jsonl
-    from .prompts import Conversation, dedupe, load_prompts, self_prompts
+    from eaglewire.data.jsonl import read_jsonl, rewrite_jsonl
+    from eaglewire.data.prompts import Conversation, dedupe, load_prompts, self_prompts
 
     path = cfg.out / PROMPTS
     if cfg.resume and path.exists():
@@ -48,7 +48,7 @@ def _collect_prompts(cfg, target) -> tuple[list, dict]:
         counts["loaded"] = len(loaded)
         convs += loaded
     if cfg.topic_prompts > 0:
-        from .topic_prompts import topic_prompts
+        from eaglewire.data.topic_prompts import topic_prompts
 
         tp = topic_prompts(cfg.topic_prompts, seed=cfg.seed)
         counts["topic_prompts"] = len(tp)
@@ -70,8 +70,8 @@ def _locked(fn):
 
     @functools.wraps(fn)
     def wrapper(cfg, *args, **kwargs):
-        from ..locks import dir_lock
-        from .sharded import active, rank0_lock
+        from eaglewire.data.sharded import active, rank0_lock
+        from eaglewire.infra.locks import dir_lock
 
         d = getattr(cfg, "out", None) or cfg.data
         with (rank0_lock if active() else dir_lock)(d, f"data {fn.__name__.removeprefix('run_')}"):
@@ -81,7 +81,7 @@ def _locked(fn):
 
 @_locked
 def run_generate(cfg, target=None) -> dict:
-    from .generate import GenSettings, generate_responses
+    from eaglewire.data.generate import GenSettings, generate_responses
 
     if (cfg.out / "manifest.json").exists() and not cfg.resume:
         raise EaglewireError(f"{cfg.out}: already holds a dataset; pass --resume or choose a new --out")
@@ -102,7 +102,7 @@ def run_generate(cfg, target=None) -> dict:
 
 
 def _agree(fn, *args, **kwargs):
-    from .sharded import agree
+    from eaglewire.data.sharded import agree
 
     return agree(fn, *args, **kwargs)
 
@@ -111,7 +111,7 @@ def _prompts_everywhere(cfg, target) -> tuple[list, dict]:
     """Rank 0 collects (and writes) the prompts; under torchrun the other ranks then read them."""
     import dataclasses
 
-    from .sharded import active, rank_world
+    from eaglewire.data.sharded import active, rank_world
 
     if not active():
         return _collect_prompts(cfg, target)
@@ -121,7 +121,13 @@ def _prompts_everywhere(cfg, target) -> tuple[list, dict]:
 
 def _answers_file(cfg) -> tuple[Path, tuple[int, int]]:
     """Where this process appends answers: `responses.jsonl`, or its rank's file under torchrun."""
-    from .sharded import active, consolidate_responses, rank_responses, rank_world, seed_rank_file
+    from eaglewire.data.sharded import (
+        active,
+        consolidate_responses,
+        rank_responses,
+        rank_world,
+        seed_rank_file,
+    )
 
     rank, world = rank_world()
 
@@ -140,7 +146,13 @@ def _answers_file(cfg) -> tuple[Path, tuple[int, int]]:
 
 def _finish_generate(cfg, res: dict) -> dict:
     """Under torchrun: rank 0 merges the ranks' answers and writes the summed result."""
-    from .sharded import active, consolidate_responses, gather, rank_world, sum_results
+    from eaglewire.data.sharded import (
+        active,
+        consolidate_responses,
+        gather,
+        rank_world,
+        sum_results,
+    )
 
     if active():
         res = sum_results(gather(res))
@@ -161,8 +173,8 @@ def _gen_result(counts: dict, stats, settings: dict) -> dict:
 
 def _generate_via_server(cfg, s) -> dict:
     """Answers from the engine the user serves with; provenance says which, and how it was asked."""
-    from ..targets import chat_template_hash, load_tokenizer
-    from .server import FAILURES, ChatClient, ServerSettings, generate_via_server
+    from eaglewire.data.server import FAILURES, ChatClient, ServerSettings, generate_via_server
+    from eaglewire.target.load import chat_template_hash, load_tokenizer
 
     ss = ServerSettings(url=cfg.server, model=cfg.model, concurrency=cfg.concurrency, reasoning=cfg.reasoning,
                         retries=cfg.retries, timeout_s=cfg.request_timeout)
@@ -205,7 +217,7 @@ def _settings_from_manifest(cfg):
     man_path = cfg.data / "manifest.json"
     if not (cfg.resume and man_path.is_file()):
         return cfg
-    from ..targets import recorded_source
+    from eaglewire.target.load import recorded_source
 
     man = json.loads(man_path.read_text())
     ex = man.get("extract") or {}
@@ -220,9 +232,9 @@ def _settings_from_manifest(cfg):
 
 @_locked
 def run_extract(cfg, target=None) -> dict:
-    from ..points import eagle3_default
-    from .extract import ExtractSettings
-    from .jsonl import read_jsonl
+    from eaglewire.data.extract import ExtractSettings
+    from eaglewire.data.jsonl import read_jsonl
+    from eaglewire.target.points import eagle3_default
 
     rows = [r for r in read_jsonl(cfg.data / RESPONSES) if "messages" in r]
     if not rows:
@@ -244,8 +256,8 @@ def run_extract(cfg, target=None) -> dict:
 def _extract_everywhere(cfg, target, rows: list[dict], s, gen: dict) -> dict:
     """One process writes shards into the dataset; under torchrun each rank writes its share
     under `rank-<r>/` and rank 0 merges the manifests into the one training reads."""
-    from .extract import extract
-    from .sharded import active, check_ranks, merge_manifests, rank_dir, rank_world
+    from eaglewire.data.extract import extract
+    from eaglewire.data.sharded import active, check_ranks, merge_manifests, rank_dir, rank_world
 
     rank, world = rank_world()
     _agree(check_ranks, cfg.data, world)
@@ -275,9 +287,9 @@ def run_vocab(cfg) -> dict:
 
 
 def _vocab(cfg) -> dict:
-    from .dataset import FeatureDataset
-    from .manifest import read_manifest, write_json_atomic
-    from .vocab import build_draft_vocab, count_tokens, save_vocab
+    from eaglewire.data.dataset import FeatureDataset
+    from eaglewire.data.manifest import read_manifest, write_json_atomic
+    from eaglewire.data.vocab import build_draft_vocab, count_tokens, save_vocab
 
     man = read_manifest(cfg.data)
     V = man["target"]["fingerprint"]["vocab_size"]
@@ -295,7 +307,7 @@ def _vocab(cfg) -> dict:
 
 
 def _complete_and_intact(d: Path) -> bool:
-    from .manifest import shard_problem
+    from eaglewire.data.manifest import shard_problem
 
     man = json.loads((d / "manifest.json").read_text())
     return bool(man.get("complete")) and not any(shard_problem(d, e) for e in man["shards"])
@@ -303,7 +315,7 @@ def _complete_and_intact(d: Path) -> bool:
 
 @_locked
 def run_build(cfg: DataBuildConfig) -> dict:
-    from ..config import config_from_dict
+    from eaglewire.infra.options import config_from_dict
 
     target = _load(cfg)
     gen_keys = DataGenerateConfig.__dataclass_fields__
@@ -323,14 +335,14 @@ def run_build(cfg: DataBuildConfig) -> dict:
 
 
 def _rank() -> int:
-    from .sharded import rank_world
+    from eaglewire.data.sharded import rank_world
 
     return rank_world()[0]
 
 
 def info(d: Path, verify: bool = True) -> dict:
-    from ..targets import recorded_source
-    from .manifest import manifest_hash, read_manifest, verify_shards
+    from eaglewire.data.manifest import manifest_hash, read_manifest, verify_shards
+    from eaglewire.target.load import recorded_source
 
     man = read_manifest(d)
     if verify:

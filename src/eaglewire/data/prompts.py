@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import EaglewireError
-from .lossmask import SENTINEL_USER, _first_added_in, encode, render
+from eaglewire.data.lossmask import SENTINEL_USER, _first_added_in, encode, render
+from eaglewire.infra.errors import EaglewireError
 
 ROLES = ("system", "user", "assistant")
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}

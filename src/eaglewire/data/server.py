@@ -27,9 +27,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..errors import EaglewireError
-from .jsonl import JsonlAppender, rewrite_jsonl
-from .settings import GenSettings
+from eaglewire.data.jsonl import JsonlAppender, rewrite_jsonl
+from eaglewire.data.settings import GenSettings
+from eaglewire.infra.errors import EaglewireError
 
 FAILURES = "failures.jsonl"
 _THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
@@ -216,7 +216,7 @@ def _record(ans: _Answer, writer, stats, sstats: ServerStats, failures: list) ->
 def generate_via_server(client: ChatClient, model: str, tokenizer, convs, out_path: Path, s: GenSettings,
                         ss: ServerSettings, resume: bool = False, share: tuple[int, int] = (0, 1)):
     """Like `generate_responses`, with `concurrency` requests in flight. Returns (GenStats, ServerStats)."""
-    from .generate import GenStats, pending_answers
+    from eaglewire.data.generate import GenStats, pending_answers
 
     stats, sstats = GenStats(), ServerStats()
     todo = pending_answers(convs, out_path, tokenizer, s, stats, resume, share)

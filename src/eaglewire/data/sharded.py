@@ -19,10 +19,10 @@ import os
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from ..errors import EaglewireError
-from .config import RESPONSES
-from .jsonl import read_jsonl, rewrite_jsonl
-from .manifest import MANIFEST, read_manifest, write_json_atomic
+from eaglewire.data.jsonl import read_jsonl, rewrite_jsonl
+from eaglewire.data.manifest import MANIFEST, read_manifest, write_json_atomic
+from eaglewire.data.options import RESPONSES
+from eaglewire.infra.errors import EaglewireError
 
 
 def rank_world() -> tuple[int, int]:
@@ -67,7 +67,7 @@ def agree(fn, *args, **kwargs):
 @contextmanager
 def rank0_lock(d: Path, what: str):
     """The job holds the directory's lock through rank 0; a second job's ranks all stop."""
-    from ..locks import dir_lock
+    from eaglewire.infra.locks import dir_lock
 
     stack = ExitStack()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from .prompts import Conversation
+from eaglewire.data.prompts import Conversation
 
 TOPICS = [
     "volcanoes", "honeybees", "the moon landing", "black holes", "coral reefs", "electric cars", "the stock market",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError
 
 TENSORS_FILE = "vocab.safetensors"
 META_FILE = "vocab.json"

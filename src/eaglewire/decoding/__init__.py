@@ -5,7 +5,7 @@ Entry points: :class:`SpecEngine` + :class:`SpecConfig` (engine.py), the
 the default shapes chosen for CPU decoding.
 """
 
-from .engine import DEFAULTS, Result, SpecConfig, SpecEngine
-from .metrics import Metrics
+from eaglewire.decoding.engine import DEFAULTS, Result, SpecConfig, SpecEngine
+from eaglewire.decoding.metrics import Metrics
 
 __all__ = ["DEFAULTS", "Metrics", "Result", "SpecConfig", "SpecEngine"]

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from .engine import SpecConfig, SpecEngine
-from .metrics import Metrics
+from eaglewire.decoding.engine import SpecConfig, SpecEngine
+from eaglewire.decoding.metrics import Metrics
 
 METHODS = ("hf_generate", "eaglewire_plain", "hf_prompt_lookup", "eaglewire_chain", "eaglewire_tree",
            "eaglewire_tree_lookup")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import typer
 
-from ..config import build_command, opt
-from ..errors import EaglewireError
-from .engine import DEFAULTS
+from eaglewire.decoding.engine import DEFAULTS
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.options import build_command, opt
 
 
 @dataclass
@@ -71,9 +71,9 @@ class BenchConfig:
 
 
 def _load(cfg):
-    from ..device import resolve_device, resolve_dtype
-    from ..targets import load_target
-    from .compat import load_drafter_for
+    from eaglewire.decoding.compat import load_drafter_for
+    from eaglewire.infra.device import resolve_device, resolve_dtype
+    from eaglewire.target.load import load_target
 
     dev = resolve_device(cfg.device)
     target = load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
@@ -84,7 +84,7 @@ def _load(cfg):
 
 
 def _spec_cfg(cfg, mode: str, device):
-    from .engine import SpecConfig
+    from eaglewire.decoding.engine import SpecConfig
 
     return SpecConfig(mode=mode, depth=cfg.depth, top_k=cfg.top_k, tree_depth=cfg.tree_depth,
                       total_tokens=cfg.total_tokens, lookup=getattr(cfg, "lookup", 0), min_prob=cfg.min_prob,
@@ -94,7 +94,7 @@ def _spec_cfg(cfg, mode: str, device):
 
 
 def run_generate(cfg: DecodeConfig) -> dict:
-    from .engine import SpecEngine
+    from eaglewire.decoding.engine import SpecEngine
 
     if not cfg.prompt.strip():
         raise EaglewireError("--prompt is empty (expected some text)")
@@ -114,7 +114,7 @@ def run_generate(cfg: DecodeConfig) -> dict:
 
 
 def run_bench_cmd(cfg: BenchConfig) -> dict:
-    from .bench import markdown
+    from eaglewire.decoding.bench import markdown
 
     res = bench_from_config(cfg)
     print(json.dumps(res, indent=2) if cfg.json else markdown(res))
@@ -150,9 +150,9 @@ def _round_robin(n: int, cats: list[str]) -> list[int]:
 
 def bench_from_config(cfg: BenchConfig) -> dict:
     """The benchmark as a function (the demo calls it); writes files when cfg.out is set."""
-    from ..data.prompts import load_prompts, prompt_turns
-    from .bench import DEFAULT_METHODS, METHODS, run_bench, write_outputs
-    from .engine import SpecEngine
+    from eaglewire.data.prompts import load_prompts, prompt_turns
+    from eaglewire.decoding.bench import DEFAULT_METHODS, METHODS, run_bench, write_outputs
+    from eaglewire.decoding.engine import SpecEngine
 
     bad = [m for m in cfg.methods if m not in METHODS]
     if bad:
@@ -173,7 +173,7 @@ def bench_from_config(cfg: BenchConfig) -> dict:
         prompts.append(enc.encode(turns if cfg.chat else turns[-1]["content"], chat=cfg.chat))
     spec_cfg, shape = _spec_cfg(cfg, "tree", target.device), None
     if cfg.auto_shape and drafter is not None:
-        from .bench import auto_shape
+        from eaglewire.decoding.bench import auto_shape
 
         shape = auto_shape(target, drafter, points, prompts[: cfg.auto_shape], cfg.max_new_tokens, spec_cfg)
         b = shape["best"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from ..errors import EaglewireError
-from ..points import Point, parse_points
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.points import Point, parse_points
 
 
 def drafter_mismatches(target, drafter, prov: dict) -> tuple[list[str], list[Point] | None]:
     """(human-readable differences, capture points or None when unreadable)."""
-    from ..targets import chat_template_hash, fingerprint_mismatch, target_fingerprint
+    from eaglewire.target.load import chat_template_hash, fingerprint_mismatch, target_fingerprint
 
     diffs: list[str] = []
     fp = prov.get("target_fingerprint")
@@ -51,7 +51,7 @@ def drafter_mismatches(target, drafter, prov: dict) -> tuple[list[str], list[Poi
 
 def load_drafter_for(target, path: Path, force: bool = False):
     """Load a checkpoint on the target's device/dtype; refuse mismatches unless ``force``."""
-    from ..drafter.checkpoint import load_checkpoint
+    from eaglewire.drafter.checkpoint import load_checkpoint
 
     drafter, prov = load_checkpoint(Path(path), device=target.device, dtype=target.dtype)
     diffs, points = drafter_mismatches(target, drafter, prov)

@@ -22,9 +22,9 @@ import math
 
 import torch
 
-from ..drafter.model import KV, Eagle3Drafter, causal_mask
-from ..fastlinear import FastLinear, packed_linears
-from .tree import DraftTree
+from eaglewire.decoding.tree import DraftTree
+from eaglewire.drafter.model import KV, Eagle3Drafter, causal_mask
+from eaglewire.target.fastlinear import FastLinear, packed_linears
 
 
 def _cat_kv(a: list[KV] | None, b: list[KV]) -> list[KV]:

@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import EaglewireError
-from .draft import DraftRunner
-from .metrics import Metrics, StepRecord
-from .target_runner import TargetRunner
-from .verify import sample, walk_greedy, walk_sample, warp
+from eaglewire.decoding.draft import DraftRunner
+from eaglewire.decoding.metrics import Metrics, StepRecord
+from eaglewire.decoding.target_runner import TargetRunner
+from eaglewire.decoding.verify import sample, walk_greedy, walk_sample, warp
+from eaglewire.infra.errors import EaglewireError
 
 DEFAULTS = {"chain_depth": 4, "top_k": 3, "tree_depth": 2, "total_tokens": 7}
 MIN_PROB = {"cpu": 0.1, "cuda": 0.0}  # --min-prob by device type (auto): where a wide verify costs a decode step, keep all
@@ -169,7 +169,7 @@ class SpecEngine:
     # ------------------------------------------------------------ prompts
     def encode(self, prompt, chat: bool = True) -> list[int]:
         """Token ids of a prompt (str or list of messages), chat template applied by default."""
-        from ..data.lossmask import encode, render
+        from eaglewire.data.lossmask import encode, render
 
         tok = self.target.tokenizer
         if isinstance(prompt, str) and not prompt.strip():
@@ -248,7 +248,7 @@ class SpecEngine:
         if cfg.mode == "tree":
             tree = self.draft.tree(root, cfg.top_k, cfg.tree_depth, cfg.total_tokens, cfg.min_prob)
             if self._lookup_len(cfg):
-                from .lookup import merge_branch, propose
+                from eaglewire.decoding.lookup import merge_branch, propose
 
                 merge_branch(tree, propose(self._prompt + committed, self._lookup_len(cfg)))
             return tree

@@ -12,7 +12,7 @@ own sampled tree.
 
 from __future__ import annotations
 
-from .tree import DraftTree
+from eaglewire.decoding.tree import DraftTree
 
 
 def propose(context: list[int], max_tokens: int, max_ngram: int = 4, min_ngram: int = 2) -> list[int]:

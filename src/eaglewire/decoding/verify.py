@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import torch
 
-from .tree import DraftTree
+from eaglewire.decoding.tree import DraftTree
 
 LogitsAt = Callable[[int], torch.Tensor]
 

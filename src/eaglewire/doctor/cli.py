@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ..config import build_command, opt
+from eaglewire.infra.options import build_command, opt
 
 
 @dataclass
@@ -55,10 +55,10 @@ class DoctorOnlineConfig:
 
 
 def run_dataset(cfg: DoctorDatasetConfig) -> None:
-    from ..data.manifest import read_manifest
-    from ..device import resolve_device
-    from ..targets import load_target, recorded_source
-    from .dataset import doctor_dataset
+    from eaglewire.data.manifest import read_manifest
+    from eaglewire.doctor.dataset import doctor_dataset
+    from eaglewire.infra.device import resolve_device
+    from eaglewire.target.load import load_target, recorded_source
 
     man = read_manifest(cfg.data)
     t = load_target(cfg.target or recorded_source(man["target"]), device=resolve_device(cfg.device))
@@ -68,9 +68,9 @@ def run_dataset(cfg: DoctorDatasetConfig) -> None:
 
 
 def run_drafter(cfg: DoctorDrafterConfig) -> None:
-    from ..drafter.checkpoint import load_checkpoint, resolve_dir
-    from ..targets import load_target, recorded_source
-    from .drafter import doctor_drafter
+    from eaglewire.doctor.drafter import doctor_drafter
+    from eaglewire.drafter.checkpoint import load_checkpoint, resolve_dir
+    from eaglewire.target.load import load_target, recorded_source
 
     model, prov = load_checkpoint(resolve_dir(cfg.ckpt))
     t = load_target(cfg.target or recorded_source(prov["target"]))
@@ -81,9 +81,9 @@ def run_drafter(cfg: DoctorDrafterConfig) -> None:
 
 
 def run_config(cfg: DoctorEngineConfig) -> None:
-    from ..drafter.checkpoint import read_provenance, resolve_dir
-    from ..targets import chat_template_hash, load_target
-    from .config import doctor_config
+    from eaglewire.doctor.engine_config import doctor_config
+    from eaglewire.drafter.checkpoint import read_provenance, resolve_dir
+    from eaglewire.target.load import chat_template_hash, load_target
 
     prov = {}
     src = resolve_dir(cfg.trained_on) if cfg.trained_on else cfg.drafter_dir
@@ -113,8 +113,8 @@ def trained_model_config(src: Path) -> dict | None:
     """The draft layer's config at training time: in an eaglewire checkpoint, or in the one an export came from."""
     import json
 
-    from ..drafter.checkpoint import resolve_dir
-    from ..errors import EaglewireError
+    from eaglewire.drafter.checkpoint import resolve_dir
+    from eaglewire.infra.errors import EaglewireError
 
     candidates = [src]
     record = src / "eaglewire.export.json"
@@ -134,10 +134,10 @@ def trained_model_config(src: Path) -> dict | None:
 
 
 def run_online(cfg: DoctorOnlineConfig) -> None:
-    from ..drafter.checkpoint import load_checkpoint, resolve_dir
-    from ..points import points_from_ids
-    from ..targets import load_target, recorded_source
-    from .online import doctor_online
+    from eaglewire.doctor.inference import doctor_online
+    from eaglewire.drafter.checkpoint import load_checkpoint, resolve_dir
+    from eaglewire.target.load import load_target, recorded_source
+    from eaglewire.target.points import points_from_ids
 
     model, prov = load_checkpoint(resolve_dir(cfg.drafter))
     t = load_target(cfg.target or recorded_source(prov["target"]))

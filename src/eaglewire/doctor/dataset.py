@@ -14,13 +14,13 @@ from pathlib import Path
 
 import torch
 
-from ..capture import capture
-from ..data.dataset import FeatureDataset
-from ..data.manifest import read_manifest, shard_problem
-from ..errors import EaglewireError
-from ..points import EMBED, FINAL_NORM, Point, id_lists, layer_out
-from ..targets import fingerprint_mismatch, target_fingerprint
-from .verdict import Report
+from eaglewire.data.dataset import FeatureDataset
+from eaglewire.data.manifest import read_manifest, shard_problem
+from eaglewire.doctor.verdict import Report
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.capture import capture
+from eaglewire.target.load import fingerprint_mismatch, target_fingerprint
+from eaglewire.target.points import EMBED, FINAL_NORM, Point, id_lists, layer_out
 
 # Unit roundoff u = 2^-p of each storage dtype (p = significand bits incl. the implicit one).
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from ..data.dataset import FeatureDataset, collate
-from ..drafter.ttt import _shift_left, target_full_argmax, ttt_attention_mask
-from .verdict import Report
+from eaglewire.data.dataset import FeatureDataset, collate
+from eaglewire.doctor.verdict import Report
+from eaglewire.drafter.ttt import _shift_left, target_full_argmax, ttt_attention_mask
 
 
 @torch.no_grad()
@@ -72,7 +72,7 @@ def chain_stats(model, ds, head_w, num_samples: int, depth: int, d2t_mode: str =
 
 def heldout_indices(prov: dict, data_dir, ds) -> tuple[list[int], str, bool]:
     """Samples to evaluate, a sentence saying which split that is, and whether the drafter never trained on them."""
-    from ..data.manifest import manifest_hash
+    from eaglewire.data.manifest import manifest_hash
 
     split = prov.get("split") or {}
     trained_sha = split.get("dataset_manifest_sha") or (prov.get("dataset") or {}).get("manifest_sha")

@@ -1,8 +1,8 @@
 """EAGLE-3 draft model: config, model code and training-time test (TTT)."""
 
-from .config import DrafterConfig
-from .model import Eagle3Drafter, causal_mask
-from .ttt import (
+from eaglewire.drafter.config import DrafterConfig
+from eaglewire.drafter.model import Eagle3Drafter, causal_mask
+from eaglewire.drafter.ttt import (
     TTTOutput,
     prepare_targets,
     target_full_argmax,

@@ -17,11 +17,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from ..atomic import atomic_dir
-from ..errors import EaglewireError
-from ..points import id_lists, parse_points
-from .config import DrafterConfig
-from .model import Eagle3Drafter
+from eaglewire.drafter.config import DrafterConfig
+from eaglewire.drafter.model import Eagle3Drafter
+from eaglewire.infra.atomic import atomic_dir
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.points import id_lists, parse_points
 
 PROVENANCE = "eaglewire.json"
 WEIGHTS = "model.safetensors"

@@ -36,7 +36,7 @@ from transformers.models.llama.modeling_llama import (
     repeat_kv,
 )
 
-from .config import DrafterConfig
+from eaglewire.drafter.config import DrafterConfig
 
 KV = tuple[torch.Tensor, torch.Tensor]
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .model import KV, Eagle3Drafter
+from eaglewire.drafter.model import KV, Eagle3Drafter
 
 
 @dataclass

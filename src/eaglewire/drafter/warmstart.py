@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from ..points import Point
-from .model import Eagle3Drafter
+from eaglewire.drafter.model import Eagle3Drafter
+from eaglewire.target.points import Point
 
 INITS = ("random", "head", "target")
 

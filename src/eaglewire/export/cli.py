@@ -20,9 +20,9 @@ def _print(res: dict, as_json: bool, line: str) -> None:
 
 
 def register(app) -> None:
-    from ..config import build_command
-    from .exporter import ExportConfig, run_export
-    from .importer import ImportConfig, run_import
+    from eaglewire.export.exporter import ExportConfig, run_export
+    from eaglewire.export.importer import ImportConfig, run_import
+    from eaglewire.infra.options import build_command
 
     def export(cfg: ExportConfig) -> None:
         r = run_export(cfg)

@@ -1,7 +1,7 @@
 """`eaglewire export`: write a trained drafter in a serving engine's layout.
 
 The ids written are computed from the physical capture points recorded in
-the checkpoint's provenance, through `eaglewire.points` and nothing else: the
+the checkpoint's provenance, through `eaglewire.target.points` and nothing else: the
 same drafter gets [1, 14, 26] for SGLang and [2, 15, 27] for vLLM because the
 two engines mean different tensors by the same integer.
 """
@@ -14,12 +14,25 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from ..atomic import atomic_dir
-from ..config import opt
-from ..drafter.checkpoint import load_checkpoint
-from ..errors import EaglewireError
-from ..points import ENGINE_HELP, Engine, ids_for_points, parse_points, version_differences
-from .formats import ID_ENGINE, ID_KEY, build_config, canonical, refusals, to_format_state
+from eaglewire.drafter.checkpoint import load_checkpoint
+from eaglewire.export.formats import (
+    ID_ENGINE,
+    ID_KEY,
+    build_config,
+    canonical,
+    refusals,
+    to_format_state,
+)
+from eaglewire.infra.atomic import atomic_dir
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.options import opt
+from eaglewire.target.points import (
+    ENGINE_HELP,
+    Engine,
+    ids_for_points,
+    parse_points,
+    version_differences,
+)
 
 RECORD = "eaglewire.export.json"
 

@@ -17,9 +17,9 @@ import re
 
 import torch
 
-from ..drafter import DrafterConfig
-from ..errors import EaglewireError
-from ..points import Engine, Point, eagle3_default, ids_for_points, order_problem
+from eaglewire.drafter import DrafterConfig
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.points import Engine, Point, eagle3_default, ids_for_points, order_problem
 
 FORMATS = ("sglang", "vllm", "speculators", "eagle")
 ALIASES = {"specforge": "sglang", "official": "eagle"}

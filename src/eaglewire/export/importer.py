@@ -17,13 +17,19 @@ from pathlib import Path
 
 import torch
 
-from ..config import opt
-from ..drafter import DrafterConfig, Eagle3Drafter
-from ..drafter.checkpoint import check_state, save_checkpoint
-from ..errors import EaglewireError
-from ..points import ENGINES, Engine, eagle3_default, points_from_ids, version_differences
-from .formats import ID_ENGINE, ID_KEY, canonical, from_format_state
-from .weights import read_weights
+from eaglewire.drafter import DrafterConfig, Eagle3Drafter
+from eaglewire.drafter.checkpoint import check_state, save_checkpoint
+from eaglewire.export.formats import ID_ENGINE, ID_KEY, canonical, from_format_state
+from eaglewire.export.weights import read_weights
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.options import opt
+from eaglewire.target.points import (
+    ENGINES,
+    Engine,
+    eagle3_default,
+    points_from_ids,
+    version_differences,
+)
 
 
 @dataclass
@@ -184,7 +190,7 @@ def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
             raise EaglewireError("weights: no embed_tokens.weight (the official layout reads it from the target): "
                                  "pass --target to copy it")
         return cfg.target_layers, {"target": None, "target_fingerprint": "unknown"}
-    from ..targets import chat_template_hash, load_target, target_fingerprint
+    from eaglewire.target.load import chat_template_hash, load_target, target_fingerprint
 
     t = load_target(cfg.target, device="cpu")
     if cfg.target_layers and cfg.target_layers != t.num_layers:

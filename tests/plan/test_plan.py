@@ -1,0 +1,151 @@
+"""`eaglewire plan`: its figures checked against real artifacts made here.
+
+Disk against the bytes of shards written by a real extraction, parameter counts
+against models actually allocated, the KV-cache estimate against the cache a
+real forward builds. The plan computes from the config alone; the references
+below load or build the real thing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from eaglewire.cli import app
+from eaglewire.plan.estimate import PlanConfig, disk_estimate, plan
+
+
+def _plan(*args) -> dict:
+    r = CliRunner().invoke(app, ["plan", *args, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_disk_estimate_matches_real_shard_bytes(dtype, tmp_path):
+    from support.tinydata import build_tiny_dataset
+
+    d = build_tiny_dataset(tmp_path, n=24, max_new_tokens=24, store_dtype=dtype)  # 3 shards of 8 samples
+    man = json.loads((d / "manifest.json").read_text())
+    actual = sum((d / e["file"]).stat().st_size for e in man["shards"])
+    H = man["target"]["fingerprint"]["hidden_size"]
+    est = disk_estimate(H, len(man["points"]["names"]), dtype, man["num_tokens"], man["num_samples"], 8)
+    assert est["num_shards"] == len(man["shards"])
+    assert abs(est["shard_bytes"] - actual) / actual < 0.02, (est, actual)
+    # the command states the same bytes per token for this target and dtype
+    per_tok = _plan("--target", "tiny:llama", "--samples", "24", "--seq-len", "64", "--store-dtype", dtype)
+    assert per_tok["disk"]["bytes_per_token"] == est["bytes_per_token"]
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+def test_param_count_from_config_equals_the_real_model(arch, tiny_targets):
+    t = tiny_targets[arch]
+    real = sum(p.numel() for p in t.model.parameters())
+    r = _plan("--model-config", str(t.path / "config.json"), "--samples", "10", "--seq-len", "32", "--device-type", "cpu")
+    assert r["target"]["num_parameters"] == real
+    assert r["target"]["formula_parameters"] == real  # the fallback formula agrees on these archs
+    assert r["device_memory"]["target_weights"] == real * 4  # fp32 on cpu
+    assert _plan("--target", f"tiny:{arch}", "--samples", "10", "--seq-len", "32")["target"]["num_parameters"] == real
+
+
+def _moe_configs():
+    from transformers import MixtralConfig, Qwen3MoeConfig
+
+    return {
+        "mixtral": MixtralConfig(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=5,
+                                 num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2),
+        "qwen3_moe": Qwen3MoeConfig(vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                                    num_hidden_layers=5, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                    num_experts=8, num_experts_per_tok=2, mlp_only_layers=[1]),
+    }
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe"])
+def test_moe_config_param_count(name, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    cfg = _moe_configs()[name]
+    cfg.to_json_file(str(tmp_path / "config.json"))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg)  # allocated for real (tiny): the reference
+    real = sum(p.numel() for p in model.parameters())
+    r = _plan("--model-config", str(tmp_path / "config.json"), "--samples", "10", "--seq-len", "32")
+    t = r["target"]
+    n = 4 if name == "mixtral" else 8
+    assert t["num_parameters"] == real and t["num_experts"] == n and t["experts_per_token"] == 2
+    # active = total minus the routed experts a token does not use: (n - k) experts of 3 H I each per MoE layer
+    I_e = cfg.intermediate_size if name == "mixtral" else cfg.moe_intermediate_size
+    moe_layers = 5 if name == "mixtral" else 4  # qwen3_moe: layer 1 is dense (mlp_only_layers)
+    assert t["active_parameters"] == real - moe_layers * (n - 2) * 3 * 64 * I_e
+    assert any("MoE" in a for a in r["assumptions"])
+
+
+def test_unknown_architecture_falls_back_to_the_formula(tmp_path, tiny_targets):
+    raw = json.loads((tiny_targets["llama"].path / "config.json").read_text())
+    raw.update(model_type="somebody_elses_arch", architectures=["SomebodyElsesForCausalLM"])
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    r = _plan("--model-config", str(tmp_path), "--samples", "10", "--seq-len", "32")
+    assert r["target"]["method"] == "formula"
+    assert r["target"]["num_parameters"] == sum(p.numel() for p in tiny_targets["llama"].model.parameters())
+    assert any("hidden_size" in a and "num_key_value_heads" in a for a in r["assumptions"])
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+def test_kv_cache_estimate_matches_a_real_cache(arch, tiny_targets):
+    t = tiny_targets[arch]
+    B, T = 3, 20
+    with torch.no_grad():
+        out = t.model(torch.randint(0, 100, (B, T)), use_cache=True)
+    cache = out.past_key_values
+    real = sum(x.numel() * x.element_size() for layer in cache.layers for x in (layer.keys, layer.values))
+    r = plan(PlanConfig(target=f"tiny:{arch}", samples=10, seq_len=T, gen_batch=B, device_type="cpu"))
+    assert r["device_memory"]["generate_kv_cache"] == real
+
+
+def test_plan_reads_no_weights_and_states_its_assumptions(tiny_targets):
+    r = plan(PlanConfig(target="tiny:llama", samples=1000, seq_len=512, device_type="cuda", gpus=2))
+    assert r["estimate"] is True and len(r["assumptions"]) >= 6
+    off, on = r["time"]["offline"], r["time"]["online"]
+    # epochs=2: the online path runs the target forward twice, the offline path once
+    assert on["target_forward_h"] == pytest.approx(2 * off["extract_h"])
+    assert r["disk"]["online_total_bytes"] < r["disk"]["offline_total_bytes"]
+    assert r["device_memory"]["online_train"] > r["device_memory"]["train_drafter"]
+
+
+def test_cpu_rates_are_the_measured_figures_on_the_measured_target(default_target):
+    """On the default target (where they were measured) the CPU rates are the constants themselves."""
+    from eaglewire.plan.estimate import (
+        CPU_EXTRACT_TOK_S,
+        CPU_GEN_TOK_S,
+        CPU_REF_DRAFTER_MATMUL,
+        CPU_REF_PARAMS,
+        CPU_TRAIN_TOK_S,
+    )
+
+    assert CPU_REF_PARAMS == sum(p.numel() for p in default_target.model.parameters())
+    r = plan(PlanConfig(target="default", samples=10, seq_len=256, device_type="cpu", gen_batch=64, ttt_steps=7,
+                        draft_vocab=8192))
+    assert r["drafter"]["matmul_parameters"] == CPU_REF_DRAFTER_MATMUL
+    rates = r["time"]["rates_tokens_per_s_per_device"]
+    assert rates == {"generate": CPU_GEN_TOK_S[64], "extract": CPU_EXTRACT_TOK_S, "train": CPU_TRAIN_TOK_S,
+                     "prefill": CPU_EXTRACT_TOK_S}
+
+
+def test_a_gguf_target_is_sized_without_converting_it(default_target, tmp_path, monkeypatch):
+    monkeypatch.setenv("EAGLEWIRE_CACHE", str(tmp_path / "cache"))  # no converted copy to read the config from
+    r = plan(PlanConfig(target="default", samples=10, seq_len=64))
+    assert r["target"]["num_parameters"] == sum(p.numel() for p in default_target.model.parameters())
+    assert not (tmp_path / "cache" / "targets").exists()  # nothing was converted (no weights read)
+
+
+def test_a_stage_that_does_not_fit_one_device_is_sharded_and_the_table_prints(tiny_targets):
+    one = plan(PlanConfig(target="tiny:llama", samples=10, seq_len=64, device_memory_gib=1e-4))
+    four = plan(PlanConfig(target="tiny:llama", samples=10, seq_len=64, device_memory_gib=1e-4, gpus=4))
+    assert not one["fits_one_device"]["generate"]
+    assert four["device_memory"]["generate"] == pytest.approx(one["device_memory"]["generate"] / 4)
+    assert four["device_memory"]["train_drafter"] == one["device_memory"]["train_drafter"]  # replicated
+    r = CliRunner().invoke(app, ["plan", "--target", "tiny:llama", "--samples", "10", "--seq-len", "64"])
+    assert r.exit_code == 0 and "disk: feature shards" in r.output and "assumptions:" in r.output
