@@ -15,7 +15,13 @@ from pathlib import Path
 
 import torch
 
-from eaglewire.data.extract import ExtractSettings, _batches, _forward, extract, tokenize_rows
+from eaglewire.data.extract import (
+    ExtractSettings,
+    _batches,
+    extract,
+    forward_features,
+    tokenize_rows,
+)
 from eaglewire.data.generate import GenSettings, encode_prompt, generate_batch
 from eaglewire.target.load import load_target
 from eaglewire.target.points import eagle3_default
@@ -51,7 +57,7 @@ def bench_extract(t, n: int) -> dict:
     bare = time.perf_counter() - t0
     t0 = time.perf_counter()
     for b in batches:
-        _forward(t, b, [__import__("eaglewire.target.points", fromlist=["Point"]).Point.parse(p) for p in pts])
+        forward_features(t, b, [__import__("eaglewire.target.points", fromlist=["Point"]).Point.parse(p) for p in pts])
     capture_only = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()

@@ -32,7 +32,8 @@ from eaglewire.doctor.drafter import chain_stats
 from eaglewire.drafter.checkpoint import load_checkpoint
 from eaglewire.infra.options import config_from_dict
 from eaglewire.target.load import load_target
-from eaglewire.training.loop import TrainConfig, run_train
+from eaglewire.training.cli import TrainConfig
+from eaglewire.training.loop import run_train
 
 BASE = dict(epochs=1, batch_size=2, lr=3e-3, max_len=512, ttt_steps=5, device="cpu", save_every=100000,
             val_fraction=0.05, seed=0)

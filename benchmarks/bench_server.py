@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # a checkout without installing; test support
 
 from eaglewire.data.generate import generate_responses  # noqa: E402
+from eaglewire.data.options import GenSettings  # noqa: E402
 from eaglewire.data.server import ChatClient, ServerSettings, generate_via_server  # noqa: E402
-from eaglewire.data.settings import GenSettings  # noqa: E402
 from eaglewire.data.topic_prompts import topic_prompts  # noqa: E402
 from eaglewire.target.load import load_target, resolve_target_dir  # noqa: E402
 from support.serve import transformers_server  # noqa: E402

@@ -30,10 +30,11 @@ from eaglewire.data.manifest import read_manifest
 from eaglewire.data.options import DataExtractConfig, DataGenerateConfig, DataVocabConfig
 from eaglewire.data.pipeline import run_extract, run_generate, run_vocab
 from eaglewire.target.load import load_target
-from eaglewire.training.loop import TrainConfig, run_train
+from eaglewire.training.cli import TrainConfig
+from eaglewire.training.loop import run_train
 
 DTYPES = ("fp32", "bf16", "fp16")
-# the quick demo's training options (src/eaglewire/demo.py), with a fixed step budget
+# the quick demo's training options (src/eaglewire/demo/run.py), with a fixed step budget
 TRAIN = dict(batch_size=2, lr=3e-3, max_len=512, ttt_steps=5, init="target", freeze_head=True, seed=0,
              save_every=100000, val_fraction=0.1)
 

@@ -37,7 +37,8 @@ def tiny_dataset(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_drafter(tiny_dataset, tmp_path_factory):
     """A briefly trained drafter on the tiny llama dataset: (checkpoint dir, dataset dir)."""
-    from eaglewire.training.loop import TrainConfig, run_train
+    from eaglewire.training.cli import TrainConfig
+    from eaglewire.training.loop import run_train
 
     out = tmp_path_factory.mktemp("tinyrun")
     run_train(TrainConfig(data=tiny_dataset, out=out, device="cpu", max_steps=150, batch_size=4, lr=3e-3,

@@ -9,6 +9,7 @@ exception escaped. Files a case needs are made by the row's setup.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
@@ -107,3 +108,11 @@ def test_bad_input_is_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys):
     assert lines and (lines[0].startswith("error: ") or "Usage:" in message), err
     for w in words:
         assert w in message, (w, err)
+
+
+def test_building_the_cli_imports_no_torch():
+    """`eaglewire --help` and usage errors answer without the ~3 s torch/transformers import."""
+    code = "import sys, eaglewire.cli; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

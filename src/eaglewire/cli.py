@@ -18,7 +18,7 @@ def _register_stages() -> None:
     """Stage modules add their own commands (they import lazily inside `run`)."""
     import importlib
 
-    for mod in ("eaglewire.target.cli", "eaglewire.data.cli", "eaglewire.training.loop", "eaglewire.decoding.cli",
+    for mod in ("eaglewire.target.cli", "eaglewire.data.cli", "eaglewire.training.cli", "eaglewire.decoding.cli",
                 "eaglewire.export.cli", "eaglewire.doctor.cli", "eaglewire.demo.run", "eaglewire.plan.estimate"):
         m = importlib.import_module(mod)
         m.register(app)

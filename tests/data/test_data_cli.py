@@ -66,7 +66,7 @@ def _features(d):
     import torch
 
     by_index = {}
-    for k, sh in enumerate(ds.manifest["shards"]):
+    for k, sh in enumerate(ds.manifest.shards):
         for j, idx in enumerate(sh["indices"]):
             by_index[idx] = ds[ds._starts[k] + j]["features"].to(torch.float32)
     return by_index

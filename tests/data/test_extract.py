@@ -38,7 +38,8 @@ def test_extract_matches_single_sample_capture(tiny_targets, tmp_path):
     t = tiny_targets["qwen3"]
     rows = make_rows(12)
     s = ExtractSettings(points=POINTS, dtype="fp32", batch_tokens=200, shard_samples=5)
-    man = extract(t, rows, tmp_path, s, gen={})
+    extract(t, rows, tmp_path, s, gen={})
+    man = json.loads((tmp_path / "manifest.json").read_text())  # what other tools read
     assert man["complete"] and man["num_samples"] == 12 and len(man["shards"]) == 3
     assert man["points"]["names"] == POINTS and man["points"]["sglang"] == [1, 3, 6]
     assert man["points"]["vllm"] == [2, 4, 7]
@@ -111,14 +112,14 @@ def test_killed_extraction_resumes_without_loss_or_duplicates(tmp_path):
     r = subprocess.run(_extract_cmd(ref_dir), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     a, b = FeatureDataset(kill_dir), FeatureDataset(ref_dir)
-    ia = [i for s in a.manifest["shards"] for i in s["indices"]]
+    ia = [i for s in a.manifest.shards for i in s["indices"]]
     assert sorted(ia) == list(range(40)) and len(ia) == len(set(ia))
     assert len(a) == len(b) == 40
     by_idx = {i: k for k, i in enumerate(ia)}
-    ib = [i for s in b.manifest["shards"] for i in s["indices"]]
+    ib = [i for s in b.manifest.shards for i in s["indices"]]
     for k, i in enumerate(ib):
         x, y = a[by_idx[i]], b[k]
         assert torch.equal(x["input_ids"], y["input_ids"])
         torch.testing.assert_close(x["features"], y["features"], atol=1e-5, rtol=1e-4)
-    ns_a, ns_b = a.manifest["norm_stats"], b.manifest["norm_stats"]
+    ns_a, ns_b = a.manifest.norm_stats, b.manifest.norm_stats
     assert ns_a[0]["num_tokens"] == ns_b[0]["num_tokens"]

@@ -44,9 +44,9 @@ def _eaglewire(args, ranks: int = 1):
 def _by_index(d) -> dict:
     ds = FeatureDataset(d)
     out = {}
-    for k, e in enumerate(ds.manifest["shards"]):
+    for k, e in enumerate(ds.manifest.shards):
         for j, idx in enumerate(e["indices"]):
-            out[idx] = ds[sum(s["num_samples"] for s in ds.manifest["shards"][:k]) + j]
+            out[idx] = ds[sum(s["num_samples"] for s in ds.manifest.shards[:k]) + j]
     return out
 
 

@@ -12,8 +12,9 @@ from eaglewire.cli import app
 from eaglewire.decoding.compat import load_drafter_for
 from eaglewire.drafter.checkpoint import save_checkpoint
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.load import chat_template_hash, target_fingerprint
+from eaglewire.target.fingerprint import TargetFingerprint, chat_template_hash
 from eaglewire.target.points import eagle3_default
+from support.export_helpers import provenance
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +22,8 @@ def llama_ckpt(tiny_targets, tmp_path_factory):
     t = tiny_targets["llama"]
     out = tmp_path_factory.mktemp("ckpt") / "drafter"
     names = [p.name for p in eagle3_default(t.num_layers)]
-    prov = {"target_fingerprint": target_fingerprint(t), "chat_template_sha": chat_template_hash(t.tokenizer)}
-    return save_checkpoint(out, random_drafter(t), names, t.num_layers, prov)
+    prov = provenance(names, t.num_layers, fingerprint=TargetFingerprint.of(t), chat_template_sha=chat_template_hash(t.tokenizer))
+    return save_checkpoint(out, random_drafter(t), prov)
 
 
 def test_matching_drafter_loads(tiny_targets, llama_ckpt):

@@ -100,6 +100,9 @@ def test_demo_doctor_checks_the_exports_without_a_warning(tiny_drafter, tmp_path
     reps = _doctor(DemoConfig(target="tiny:llama"), run)["reports"]
     configs = [r for r in reps if r["command"] == "config"]
     assert len(configs) == 2 and (run / "export" / "sglang" / "config.json").is_file()
-    for r in configs:
+    assert [r["command"] for r in reps] == ["dataset", "drafter", "config", "config"]
+    for r in reps:  # every row of the happy path: dataset, drafter and both exports
         bad = [c for c in r["checks"] if not c["ok"]]
-        assert bad == [], bad
+        assert bad == [], (r["command"], bad)
+    for r in configs:  # the training config was found (in the export's own record), so it was checked
+        assert any(c["name"] == "rope / norm" and "match training" in c["detail"] for c in r["checks"])

@@ -1,5 +1,6 @@
 """The seeds' bugs as regression tests: each caught, named and given the right fix; correct wiring passes."""
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -8,13 +9,13 @@ import sys
 import pytest
 import torch
 
-from eaglewire.data.manifest import write_json_atomic
 from eaglewire.doctor.dataset import doctor_dataset
 from eaglewire.doctor.drafter import doctor_drafter
 from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.drafter.checkpoint import load_checkpoint, read_provenance
+from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.load import chat_template_hash
+from eaglewire.target.fingerprint import chat_template_hash
 
 L = 8  # tiny targets
 
@@ -43,13 +44,13 @@ def test_correct_wiring_passes_clean(tiny_drafter, tiny_targets):
     rep = doctor_drafter(model, prov, data, head, num_samples=16)
     assert not rep.failed and rep.data["offline"]["tau_chain"] > 1.3
     sha = chat_template_hash(tiny_targets["llama"].tokenizer)
-    rep = doctor_config(ckpt, "sglang", L, prov["points"]["names"], prov["chat_template_sha"], sha)
+    rep = doctor_config(ckpt, "sglang", L, prov.point_names, prov.chat_template_sha, sha)
     assert not rep.failed
 
 
 def test_a_drafter_served_with_embed_first_ids(tiny_drafter, tmp_path):
     ckpt, _ = tiny_drafter
-    trained = read_provenance(ckpt)["points"]["names"]  # layers.1/3/4.out
+    trained = read_provenance(ckpt).point_names  # layers.1/3/4.out
     d = _deploy(tmp_path, ckpt, lambda c: c.update(eagle_aux_hidden_state_layer_ids=[0, 2, 4]))  # vLLM: embed, l1, l3
     rep = doctor_config(d, "vllm", L, trained, None, None)
     c = _check(rep, "points")
@@ -105,7 +106,7 @@ def test_c_d2t_read_as_absolute_ids(tiny_drafter, tiny_targets, tmp_path):
 
 def test_d_sglang_vllm_one_layer_shift(tiny_drafter, tmp_path):
     ckpt, _ = tiny_drafter
-    trained = read_provenance(ckpt)["points"]["names"]
+    trained = read_provenance(ckpt).point_names
     sg = json.loads((ckpt / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     d = _deploy(tmp_path, ckpt, lambda c: c.update(eagle_aux_hidden_state_layer_ids=sg))  # copied verbatim to vLLM
     rep = doctor_config(d, "vllm", L, trained, None, None)
@@ -115,7 +116,7 @@ def test_d_sglang_vllm_one_layer_shift(tiny_drafter, tmp_path):
 
 def test_e_served_as_eagle1(tiny_drafter, tmp_path):
     ckpt, _ = tiny_drafter
-    trained = read_provenance(ckpt)["points"]["names"]
+    trained = read_provenance(ckpt).point_names
     d = _deploy(tmp_path, ckpt, lambda c: c.update(architectures=["LlamaForCausalLMEagle"]))
     rep = doctor_config(d, "sglang", L, trained, None, None)
     c = _check(rep, "eagle3 head")
@@ -126,7 +127,7 @@ def test_f_chat_template_differs(tiny_drafter, tiny_targets):
     ckpt, _ = tiny_drafter
     prov = read_provenance(ckpt)
     other = chat_template_hash(tiny_targets["qwen3"].tokenizer)
-    rep = doctor_config(ckpt, "sglang", L, prov["points"]["names"], prov["chat_template_sha"], other)
+    rep = doctor_config(ckpt, "sglang", L, prov.point_names, prov.chat_template_sha, other)
     assert rep.failed and not _check(rep, "chat template").ok
 
 
@@ -145,14 +146,14 @@ def test_cli_exit_codes_and_json(tiny_drafter, tmp_path):
 def test_offline_tau_uses_the_held_out_split_recorded_in_the_run(tiny_drafter, tiny_targets):
     ckpt, data = tiny_drafter
     model, prov = load_checkpoint(ckpt)
-    val = prov["split"]["val_indices"]
-    assert val and prov["split"]["num_samples"] > len(val)
+    val = prov.split["val_indices"]
+    assert val and prov.split["num_samples"] > len(val)
     head = tiny_targets["llama"].model.get_output_embeddings().weight.float()
     rep = doctor_drafter(model, prov, data, head, num_samples=64)
     assert "held-out validation split" in rep.data["split"] and rep.data["offline"]["samples"] == len(val)
     assert _check(rep, "split").ok
     # without the record (an older run) the doctor says it evaluated on training samples
-    old = {k: v for k, v in prov.items() if k != "split"}
+    old = dataclasses.replace(prov, split=None)
     rep = doctor_drafter(model, old, data, head, num_samples=64)
     assert rep.data["split"].startswith("TRAINING") and not _check(rep, "split").ok
 
@@ -161,7 +162,7 @@ def test_offline_tau_uses_the_held_out_split_recorded_in_the_run(tiny_drafter, t
 def test_any_id_list_gets_a_verdict_per_id(tiny_drafter, tmp_path, engine):
     """The seeds' wrong fix (-1 for the embedding) and an id past the last layer: a verdict, never a usage error."""
     ckpt, _ = tiny_drafter
-    trained = read_provenance(ckpt)["points"]["names"]
+    trained = read_provenance(ckpt).point_names
 
     def mutate(c):
         if engine == "sglang":
@@ -178,7 +179,7 @@ def test_any_id_list_gets_a_verdict_per_id(tiny_drafter, tmp_path, engine):
 
 def test_config_sizes_must_match_the_weights(tiny_drafter, tmp_path):
     ckpt, _ = tiny_drafter
-    trained = read_provenance(ckpt)["points"]["names"]
+    trained = read_provenance(ckpt).point_names
     d = _deploy(tmp_path, ckpt, lambda c: c.update(hidden_size=c["hidden_size"] * 2, intermediate_size=7))
     rep = doctor_config(d, "sglang", L, trained, None, None)
     c = _check(rep, "sizes")
@@ -215,10 +216,11 @@ def test_rope_and_norm_fields_are_checked_against_training(tiny_drafter, tmp_pat
     """Fields no weight shape reveals: an export passes; an edited rope base, a dropped eps (the
     engine's default 1e-6 then applies) or flipped norm placement each fail with the value to set."""
     from eaglewire.doctor.cli import trained_model_config
-    from eaglewire.export.exporter import ExportConfig, run_export
+    from eaglewire.export.exporter import run_export
+    from eaglewire.export.options import ExportConfig
 
     ckpt, _ = tiny_drafter
-    trained = read_provenance(ckpt)["points"]["names"]
+    trained = read_provenance(ckpt).point_names
     engine = {"sglang": "sglang", "vllm": "vllm", "speculators": "speculators"}[fmt]
     out = tmp_path / fmt
     run_export(ExportConfig(ckpt=ckpt, format=fmt, out=out))
@@ -232,7 +234,8 @@ def test_rope_and_norm_fields_are_checked_against_training(tiny_drafter, tmp_pat
     layer.pop("rope_theta", None)  # ...and served without the key: the engine's 10000 applies
     layer.pop("rope_parameters", None)
     layer["rms_norm_eps"] = tcfg["rms_norm_eps"] * 10
-    layer["norm_before_residual"] = not tcfg["norm_before_residual"]
+    # where the engine reads it: vLLM reads a speculators config's norm placement from the top level
+    (cfg if fmt == "speculators" else layer)["norm_before_residual"] = not tcfg["norm_before_residual"]
     (out / "config.json").write_text(json.dumps(cfg))
     c = _check(doctor_config(out, engine, L, trained, None, None, tcfg), "rope / norm")
     assert not c.ok and "rope_theta is 10000.0 (absent: the engine default), trained with 500000.0" in c.detail

@@ -5,11 +5,12 @@ import json
 import pytest
 
 from eaglewire.data.extract import ExtractSettings, extract
-from eaglewire.data.manifest import write_json_atomic
 from eaglewire.doctor.dataset import doctor_dataset
 from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.checkpoint import save_checkpoint
+from eaglewire.infra.atomic import write_json_atomic
+from support.export_helpers import provenance
 
 pytestmark = pytest.mark.slow
 TRAINED = ["layers.2.out", "layers.15.out", "layers.27.out"]  # the example triple
@@ -28,7 +29,7 @@ def default_ds(default_target, tmp_path_factory):
 def default_ckpt(default_target, tmp_path_factory):
     cfg = DrafterConfig.from_target_config(default_target.config, draft_vocab_size=1024)
     out = tmp_path_factory.mktemp("defck") / "drafter"
-    save_checkpoint(out, Eagle3Drafter(cfg), TRAINED, 30, {"chat_template_sha": "x"})
+    save_checkpoint(out, Eagle3Drafter(cfg), provenance(TRAINED, 30, chat_template_sha="x"))
     return out
 
 

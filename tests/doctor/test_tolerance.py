@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from eaglewire.data.options import DataExtractConfig
 from eaglewire.data.pipeline import run_extract
 from eaglewire.doctor.dataset import UNIT_ROUNDOFF, doctor_dataset, match_tolerance
-from eaglewire.target.load import file_sha256
+from eaglewire.infra.checksums import file_sha256
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eaglewire.drafter.checkpoint import load_checkpoint
-from eaglewire.export.exporter import ExportConfig, run_export
-from eaglewire.export.importer import ImportConfig, run_import
+from eaglewire.export.exporter import run_export
+from eaglewire.export.importer import run_import
+from eaglewire.export.options import ExportConfig, ImportConfig
 from eaglewire.infra.errors import EaglewireError
 from support.export_helpers import L, draft_logits, make_ckpt
 
@@ -110,7 +111,7 @@ def test_official_pickle_without_embedding_needs_target(tmp_path):
     res = run_import(ImportConfig(src=d, out=tmp_path / "imp2", target="tiny:llama"))
     assert any("copied from target" in s for s in res["inferred"])
     m2, prov = load_checkpoint(tmp_path / "imp2")
-    assert prov["target_fingerprint"]["num_layers"] == 8 and prov["imported"]["weights"] == "pytorch_model.bin"
+    assert prov.num_layers == 8 and not prov.fingerprint.unknown and prov.imported["weights"] == "pytorch_model.bin"
     from eaglewire.target.load import load_target
 
     emb = load_target("tiny:llama").model.get_input_embeddings().weight

@@ -15,7 +15,7 @@ in `LlamaModel.forward` (`_maybe_add_hidden_state(idx + 1, hidden + residual)`),
 and which config key the runner reads the ids from.
 
 A changed rule in a newer release makes these tests fail: bump `PINNED` in
-eaglewire/points.py and they run against that release.
+eaglewire/target/points.py and they run against that release.
 """
 
 from __future__ import annotations

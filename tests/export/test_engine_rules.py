@@ -43,7 +43,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from eaglewire.export.exporter import ExportConfig, run_export
+from eaglewire.export.exporter import run_export
+from eaglewire.export.options import ExportConfig
 from eaglewire.target.points import ids_for_points, parse_points
 from support.export_helpers import L, make_ckpt
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from eaglewire.drafter.checkpoint import load_checkpoint, read_provenance
-from eaglewire.export.exporter import ExportConfig, run_export
-from eaglewire.export.importer import ImportConfig, run_import
+from eaglewire.export.exporter import run_export
+from eaglewire.export.importer import run_import
+from eaglewire.export.options import ExportConfig, ImportConfig
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.points import ids_for_points, parse_points
 from support.export_helpers import L, draft_logits, make_ckpt
@@ -37,8 +38,8 @@ def test_roundtrip_default_points(tmp_path, fmt):
     ck, m = make_ckpt(tmp_path / "ck")
     res, m2, prov = _roundtrip(tmp_path, fmt, ck)
     _same(m, m2)
-    assert prov["points"]["names"] == read_provenance(ck)["points"]["names"]
-    assert prov["target_fingerprint"] == "unknown" and prov["imported"]["format"] == fmt
+    assert prov.point_names == read_provenance(ck).point_names
+    assert prov.fingerprint.unknown and prov.imported["format"] == fmt
 
 
 @pytest.mark.parametrize("fmt", ["vllm", "speculators"])
@@ -62,7 +63,7 @@ def test_custom_points_ids_written_per_engine_meaning(tmp_path):
     assert json.loads((tmp_path / "vllm" / "config.json").read_text())["norm_before_residual"] is False
     assert "eagle_aux_hidden_state_layer_ids" not in json.loads((tmp_path / "vllm" / "config.json").read_text())["eagle_config"]
     _, m2, prov = _roundtrip(tmp_path, "vllm", ck)
-    assert prov["points"]["names"] == [p.name for p in pts]
+    assert prov.point_names == [p.name for p in pts]
     _same(m, m2)
 
 
@@ -102,11 +103,10 @@ def test_sglang_export_for_a_deepseek_target_follows_the_version(tmp_path):
     export says how older versions would read them; an id list no version reads right is refused."""
     from eaglewire.drafter.checkpoint import save_checkpoint
     from eaglewire.target.points import layer_out
-    from support.export_helpers import make_drafter
+    from support.export_helpers import make_drafter, provenance
 
     def ckpt(d, pts):
-        save_checkpoint(d, make_drafter(), [p.name for p in pts], L,
-                        {"target_fingerprint": {"num_layers": L, "model_type": "deepseek_v3"}})
+        save_checkpoint(d, make_drafter(), provenance(pts, L, "deepseek_v3"))
         return d
 
     ck = ckpt(tmp_path / "ck", [layer_out(2), layer_out(4), layer_out(5)])

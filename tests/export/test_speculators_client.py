@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import save_file
 
 from eaglewire.drafter import causal_mask
-from eaglewire.export.exporter import ExportConfig, run_export
+from eaglewire.export.exporter import run_export
+from eaglewire.export.options import ExportConfig
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.points import parse_points
 from support.ci import cannot_run

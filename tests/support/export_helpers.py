@@ -6,6 +6,7 @@ import torch
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.checkpoint import save_checkpoint
+from eaglewire.drafter.provenance import Provenance
 from eaglewire.target.points import eagle3_default
 
 L = 8  # target layers: default capture = layers.1.out, layers.3.out, layers.4.out
@@ -34,7 +35,7 @@ def make_drafter(seed: int = 0, **kw) -> Eagle3Drafter:
 def make_ckpt(path, points=None, seed: int = 0, **kw):
     m = make_drafter(seed, **kw)
     names = [p.name for p in (points or eagle3_default(L))]
-    save_checkpoint(path, m, names, L, {"target_fingerprint": {"num_layers": L, "test": True}})
+    save_checkpoint(path, m, provenance(names, L))
     return path, m
 
 
@@ -50,3 +51,15 @@ def draft_logits(model: Eagle3Drafter, seed: int = 1) -> torch.Tensor:
     with torch.no_grad():
         h, _ = model.step(ids, model.project(feats), torch.arange(T)[None], None, causal_mask(T))
         return model.logits(h)
+
+
+def provenance(points, num_layers: int, model_type: str | None = None, **fields) -> Provenance:
+    """A checkpoint's provenance for a drafter made in a test: its points and a target known only by shape."""
+    from eaglewire.target.fingerprint import TargetFingerprint, TargetRecord
+    from eaglewire.target.points import Point, parse_points
+
+    pts = [p if isinstance(p, Point) else None for p in points]
+    pts = pts if None not in pts else parse_points(list(points), num_layers)
+    # a made-up target known by its shape and a fake hash: a test drafter has no real target to fingerprint
+    fp = TargetFingerprint(num_layers=num_layers, model_type=model_type, config_sha="test-drafter")
+    return Provenance(points=pts, target=TargetRecord(source=None, fingerprint=fields.pop("fingerprint", fp)), **fields)

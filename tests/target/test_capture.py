@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conftest import ARCHS
-from eaglewire.target.capture import capture
+from eaglewire.target.capture import capture, decoder_stack
 from eaglewire.target.points import EMBED, FINAL_NORM, ids_for_points, layer_out
 
 
@@ -54,6 +54,17 @@ def test_batch_with_padding_equals_batch_one(tiny_targets, arch):
         single = capture(t.model, s[None], pts)
         for p in pts:
             torch.testing.assert_close(batched[p.name][b, : len(s)], single[p.name][0], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_decoder_stack_is_the_causal_lms_body(tiny_targets, arch):
+    """Every reader of the stack (hooks, verify forward, warm start, import) gets `model.model`; a bare decoder is its own."""
+    m = tiny_targets[arch].model
+    stack = decoder_stack(m)
+    assert stack is m.model
+    assert stack.embed_tokens is m.get_input_embeddings()
+    assert len(stack.layers) == tiny_targets[arch].num_layers and stack.norm is not None
+    assert decoder_stack(stack) is stack
 
 
 def test_capture_memory_is_per_point(tiny_targets):

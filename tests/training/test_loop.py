@@ -13,7 +13,8 @@ import torch
 
 from eaglewire.drafter.checkpoint import load_checkpoint
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.training.loop import TrainConfig, run_train
+from eaglewire.training.cli import TrainConfig
+from eaglewire.training.loop import run_train
 
 
 def _rows(out, split="train"):
@@ -33,9 +34,9 @@ def test_overfits_tiny_dataset(tiny_dataset, tmp_path):
     last = _rows(tmp_path / "r")[-5:]
     assert sum(float(r["acc_0"]) for r in last) / 5 >= 0.95
     model, prov = load_checkpoint(res["drafter"])
-    assert prov["points"]["names"] == ["layers.1.out", "layers.3.out", "layers.4.out"]
-    assert prov["target_fingerprint"]["num_layers"] == 8 and prov["dataset"]["manifest_sha"]
-    assert prov["training"]["config"]["lr"] == 3e-3
+    assert prov.point_names == ["layers.1.out", "layers.3.out", "layers.4.out"]
+    assert prov.num_layers == 8 and prov.dataset["manifest_sha"] and not prov.fingerprint.unknown
+    assert prov.training["config"]["lr"] == 3e-3
     cfg = json.loads((tmp_path / "r" / "drafter" / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
@@ -126,7 +127,7 @@ def test_nonfinite_batches_are_counted_or_stop(tiny_dataset, tmp_path, monkeypat
     monkeypatch.setattr(FeatureDataset, "__getitem__", poisoned)
     res = run_train(_cfg(tiny_dataset, tmp_path / "a", max_steps=10, val_fraction=0.0, max_skipped_fraction=0.5))
     _, prov = load_checkpoint(res["drafter"])
-    assert prov["training"]["skipped_batches"] >= 1
+    assert prov.training["skipped_batches"] >= 1
     # over the allowed share: the run fails, states the count, and writes no drafter
     with pytest.raises(EaglewireError, match=r"\d+ of 10 steps were skipped"):
         run_train(_cfg(tiny_dataset, tmp_path / "c", max_steps=10, val_fraction=0.0, max_skipped_fraction=0.0))

@@ -1,5 +1,5 @@
-"""`train --online` (src/eaglewire/online.py): the target's forward inside the loop gives what extraction
-stored, and the same training. (Not tests/test_online.py: pytest would clash with tests/doctor/test_online.py.)
+"""`train --online` (src/eaglewire/training/online_features.py): the target's forward inside the loop gives
+what extraction stored, and the same training.
 
 The reference is the offline path on the same responses: `data extract`
 writes shards, `FeatureDataset` reads them, `train` trains on them.
@@ -17,7 +17,8 @@ import torch
 from eaglewire.data.dataset import FeatureDataset
 from eaglewire.drafter.checkpoint import load_checkpoint
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.training.loop import TrainConfig, run_train
+from eaglewire.training.cli import TrainConfig
+from eaglewire.training.loop import run_train
 
 STEPS = 6
 
@@ -71,9 +72,9 @@ def test_online_samples_are_the_extracted_samples(tiny_dataset, responses_only):
 
     off = FeatureDataset(tiny_dataset, max_len=96)
     on = OnlineDataset(responses_only, read_responses(responses_only), load_target("tiny:llama"), [], "fp32", max_len=96)
-    assert len(on) == len(off) == off.manifest["num_samples"]
-    assert on.manifest["points"] == off.manifest["points"]
-    assert on.manifest["target"]["fingerprint"] == off.manifest["target"]["fingerprint"]
+    assert len(on) == len(off) == off.manifest.num_samples
+    assert on.manifest.points == off.manifest.points
+    assert on.manifest.target.fingerprint == off.manifest.target.fingerprint
     ids = list(range(len(on)))
     got = [x for k in range(0, len(ids), 5) for x in on.get_batch(ids[k:k + 5])]  # padded batches unlike extraction's
     for i, g in enumerate(got):
@@ -96,9 +97,9 @@ def test_online_training_follows_offline_training(tiny_dataset, responses_only, 
     _same_losses(_rows(tmp_path / "off", "val"), _rows(tmp_path / "on", "val"), rel=1e-6)
     p_off, p_on = _same_weights(tmp_path / "off" / "drafter", tmp_path / "on" / "drafter")
     assert sorted(p.name for p in responses_only.iterdir()) == before  # nothing stored next to the responses
-    assert p_on["points"] == p_off["points"] and p_on["target_fingerprint"] == p_off["target_fingerprint"]
-    assert p_on["dataset"]["online"] and p_on["dataset"]["responses_sha"] and p_on["vocab"]["size"] == 200
-    assert p_on["split"]["val_indices"] == p_off["split"]["val_indices"]
+    assert p_on.points == p_off.points and p_on.fingerprint == p_off.fingerprint
+    assert p_on.dataset["online"] and p_on.dataset["responses_sha"] and p_on.vocab["size"] == 200
+    assert p_on.split["val_indices"] == p_off.split["val_indices"]
 
 
 def test_online_bf16_store_dtype_rounds_as_extraction(tiny_dataset, responses_only, tmp_path):
@@ -132,7 +133,7 @@ def test_online_under_torchrun_matches_offline_single_process(tiny_dataset, resp
     assert len(a) == len(b) == 4
     _same_losses(a, b)
     _, prov = _same_weights(tmp_path / "single" / "drafter", ddp / "drafter")
-    assert prov["training"]["world_size"] == 2 and prov["dataset"]["online"]
+    assert prov.training["world_size"] == 2 and prov.dataset["online"]
 
 
 def test_online_refusals(tiny_dataset, responses_only, tmp_path):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from eaglewire.data.options import (
@@ -16,10 +14,12 @@ from eaglewire.data.options import (
 )
 from eaglewire.data.pipeline import info, run_build, run_extract, run_generate, run_vocab
 from eaglewire.infra.options import build_command
+from eaglewire.infra.output import emit, to_json
+from eaglewire.infra.ranks import is_main
 
 
 def _print(res: dict) -> None:
-    print(json.dumps(res, indent=2, default=str))
+    print(to_json(res))
 
 
 def _human_info(r: dict) -> None:
@@ -42,12 +42,9 @@ def _s(v) -> str:
 def _data_import(cfg: DataImportConfig) -> None:
     from eaglewire.data.foreign import run_data_import
 
-    r = run_data_import(cfg)
-    if cfg.json:
-        _print(r)
-    else:
-        print(f"imported {r['num_samples']} samples ({r['num_tokens']} tokens) from {r['format']} "
-              f"into {r['out']}: points {r['points']}")
+    emit(run_data_import(cfg), cfg.json,
+         lambda r: print(f"imported {r['num_samples']} samples ({r['num_tokens']} tokens) from {r['format']} "
+                         f"into {r['out']}: points {r['points']}"))
 
 
 def register(app: typer.Typer) -> None:
@@ -55,15 +52,11 @@ def register(app: typer.Typer) -> None:
 
     def out(fn):
         def run(cfg):
-            from eaglewire.data.sharded import rank_world
-
             res = fn(cfg)
-            if rank_world()[0] != 0:  # under torchrun one rank reports the job's (summed) result
+            if not is_main():  # under torchrun one rank reports the job's (summed) result
                 return
-            if cfg.json:
-                print(json.dumps(res, indent=2, default=str))
-            else:
-                _human_info(info(getattr(cfg, "out", None) or cfg.data, verify=False)) if fn is not run_generate else _print(res)
+            d = getattr(cfg, "out", None) or cfg.data
+            emit(res, cfg.json, _print if fn is run_generate else lambda _: _human_info(info(d, verify=False)))
         return run
 
     build_command(data, "generate", DataGenerateConfig, out(run_generate), "Regenerate answers with the target (batched, resumable).")
@@ -71,7 +64,7 @@ def register(app: typer.Typer) -> None:
     build_command(data, "vocab", DataVocabConfig, out(run_vocab), "Build the draft vocabulary (d2t offsets, t2d mask) from loss-masked tokens.")
     build_command(data, "build", DataBuildConfig, out(run_build), "generate + extract + vocab in one command.")
     build_command(data, "info", DataInfoConfig,
-                  lambda c: (_print if c.json else _human_info)(info(c.data, c.verify)),
+                  lambda c: emit(info(c.data, c.verify), c.json, _human_info),
                   "Show a dataset's provenance: target, points in every engine's ids, counts, vocab.")
     build_command(data, "import", DataImportConfig, _data_import,
                   "Import speculators hidden-state files or SpecForge offline captures as an eaglewire dataset.")

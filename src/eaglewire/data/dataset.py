@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from eaglewire.data.manifest import read_manifest, verify_shards
+from eaglewire.data.manifest import Manifest, verify_shards
 from eaglewire.infra.errors import EaglewireError
 
 
@@ -18,15 +18,15 @@ class FeatureDataset(torch.utils.data.Dataset):
 
     def __init__(self, root: Path, verify: bool = True, max_len: int | None = None):
         self.root = Path(root)
-        self.manifest = read_manifest(self.root)
-        if not self.manifest.get("complete"):
+        self.manifest = Manifest.load(self.root)
+        if not self.manifest.complete:
             raise EaglewireError(f"{self.root}: extraction did not finish (run `eaglewire data extract --resume`)")
         if verify:
             verify_shards(self.root, self.manifest)
         self.max_len = max_len
         self._starts, self._offsets = [], []
         n = 0
-        for s in self.manifest["shards"]:
+        for s in self.manifest.shards:
             self._starts.append(n)
             n += s["num_samples"]
         self._len = n
@@ -38,7 +38,7 @@ class FeatureDataset(torch.utils.data.Dataset):
     def _shard(self, k: int):
         h = self._handles.get(k)
         if h is None:
-            path = self.root / self.manifest["shards"][k]["file"]
+            path = self.root / self.manifest.shards[k]["file"]
             h = safe_open(str(path), framework="pt")
             self._handles[k] = (h, h.get_tensor("offsets"))
         return self._handles[k]

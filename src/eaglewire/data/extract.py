@@ -18,20 +18,14 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from eaglewire.data.manifest import (
-    FORMAT_VERSION,
-    MANIFEST,
-    file_sha256,
-    read_manifest,
-    shard_problem,
-    write_json_atomic,
-)
-from eaglewire.data.settings import ExtractSettings
-from eaglewire.infra.device import _DTYPES
+from eaglewire.data.manifest import Manifest, shard_problem
+from eaglewire.data.options import ExtractSettings
+from eaglewire.infra.checksums import file_sha256
+from eaglewire.infra.device import dtype_from_name, dtype_name
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.capture import capture
-from eaglewire.target.load import chat_template_hash, fingerprint_mismatch, target_fingerprint
-from eaglewire.target.points import FINAL_NORM, Point, id_lists
+from eaglewire.target.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
+from eaglewire.target.points import FINAL_NORM, Point
 
 _SHARD_DELAY = float(os.environ.get("EAGLEWIRE_SHARD_DELAY", "0"))
 
@@ -87,31 +81,27 @@ class _NormStats:
                  "sum_norm": self.sum[j], "num_tokens": self.n} for j, n in enumerate(self.names)]
 
 
-def _new_manifest(target, pts: list[Point], s: ExtractSettings, gen: dict) -> dict:
-    return {
-        "format": "eaglewire-features", "format_version": FORMAT_VERSION, "complete": False,
-        "target": {"source": target.source, "path": str(target.path), "fingerprint": target_fingerprint(target)},
-        "points": id_lists(pts, target.num_layers),
-        "target_hidden": FINAL_NORM.name,
-        "chat_template_sha": chat_template_hash(target.tokenizer),
-        "generation": gen, "extract": dict(s.__dict__),
-        # the precision the features were computed in: the doctor's tolerance follows it
-        "forward_dtype": {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(target.dtype),
-        "shards": [], "num_samples": 0, "num_tokens": 0, "num_loss_tokens": 0,
-    }
+def new_manifest(target, pts: list[Point], s: ExtractSettings, gen: dict) -> Manifest:
+    """The manifest of a dataset captured in process from `target` (also what online training records)."""
+    return Manifest(
+        target=TargetRecord(source=target.source, path=str(target.path), fingerprint=TargetFingerprint.of(target)),
+        points=list(pts), num_slots=len(pts), chat_template_sha=chat_template_hash(target.tokenizer),
+        generation=gen, extract=dict(s.__dict__), forward_dtype=dtype_name(target.dtype))
 
 
-def _check_resume(old: dict, new: dict, out_dir: Path) -> None:
-    for key, what in (("target", "target"), ("points", "capture points"), ("chat_template_sha", "chat template"),
-                      ("extract", "extraction settings")):
-        a = old[key]["fingerprint"] if key == "target" else old[key]
-        b = new[key]["fingerprint"] if key == "target" else new[key]
-        if fingerprint_mismatch(a, b) if key == "target" else a != b:
+def _check_resume(old: Manifest, new: Manifest, out_dir: Path) -> None:
+    diffs = [("target", old.target.fingerprint.describe_mismatch(new.target.fingerprint)),
+             ("capture points", old.points != new.points and f"stored {old.point_names}, requested {new.point_names}"),
+             ("chat template", old.chat_template_sha != new.chat_template_sha
+              and f"stored {old.chat_template_sha}, requested {new.chat_template_sha}"),
+             ("extraction settings", old.extract != new.extract and f"stored {old.extract}, requested {new.extract}")]
+    for what, diff in diffs:
+        if diff:
             raise EaglewireError(f"{out_dir}: --resume with a different {what} than the dataset there "
-                                 f"(stored {a}, requested {b}); use a new --out directory")
+                                 f"({diff}); use a new --out directory")
 
 
-def _write_shard(out_dir: Path, k: int, buf: list, sdtype) -> dict:
+def write_shard(out_dir: Path, k: int, buf: list, sdtype) -> dict:
     ids = torch.cat([torch.tensor(b[1], dtype=torch.int32) for b in buf])
     lens = torch.tensor([len(b[1]) for b in buf])
     tensors = {
@@ -131,69 +121,66 @@ def _write_shard(out_dir: Path, k: int, buf: list, sdtype) -> dict:
             "bytes": (out_dir / name).stat().st_size, "sha256": file_sha256(out_dir / name)}
 
 
-def _drop_bad_shards(out_dir: Path, man: dict) -> list[str]:
+def _drop_bad_shards(out_dir: Path, man: Manifest) -> list[str]:
     """Remove missing/corrupt shards from the manifest (their samples get re-extracted); recount the rest."""
     from safetensors import safe_open
 
-    bad = [(e, why) for e in man["shards"] if (why := shard_problem(out_dir, e))]
+    bad = [(e, why) for e in man.shards if (why := shard_problem(out_dir, e))]
     if not bad:
         return []
     for e, _ in bad:
         (out_dir / e["file"]).unlink(missing_ok=True)
-    man["shards"] = [e for e in man["shards"] if e not in [b[0] for b in bad]]
-    for k in ("num_samples", "num_tokens", "num_loss_tokens"):
-        man[k] = sum(e[k] for e in man["shards"])
-    stats = _NormStats(man["points"]["names"])
-    for e in man["shards"]:  # norm statistics over the intact shards only
+    man.shards = [e for e in man.shards if e not in [b[0] for b in bad]]
+    man.recount()
+    stats = _NormStats(man.point_names)
+    for e in man.shards:  # norm statistics over the intact shards only
         with safe_open(str(out_dir / e["file"]), framework="pt") as f:
             stats.add(f.get_tensor("features"))
-    man["norm_stats"] = stats.as_list()
-    man["complete"] = False
-    write_json_atomic(out_dir / MANIFEST, man)
+    man.norm_stats = stats.as_list()
+    man.complete = False
+    man.save(out_dir)
     return [f"{e['file']} ({why})" for e, why in bad]
 
 
-def _prepare_out(out_dir: Path, man: dict, resume: bool) -> set[int]:
+def _prepare_out(out_dir: Path, man: Manifest, resume: bool) -> set[int]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    if (out_dir / MANIFEST).exists():
+    if Manifest.exists(out_dir):
         if not resume:
             raise EaglewireError(f"{out_dir}: already holds a dataset; pass --resume to continue it or choose a new --out")
-        old = read_manifest(out_dir)
+        old = Manifest.load(out_dir)
         _check_resume(old, man, out_dir)
-        man.update({k: old[k] for k in ("shards", "num_samples", "num_tokens", "num_loss_tokens")})
-        man["norm_stats"] = old.get("norm_stats")
-        if old.get("forward_dtype") != man["forward_dtype"]:  # shards from two precisions: let the doctor infer
-            man["forward_dtype"] = None
+        man.shards, man.norm_stats = old.shards, old.norm_stats
+        man.recount()
+        if old.forward_dtype != man.forward_dtype:  # shards from two precisions: let the doctor infer
+            man.forward_dtype = None
         redo = _drop_bad_shards(out_dir, man)
         if redo:
             print(f"[extract] re-extracting the samples of {len(redo)} bad shard(s): {', '.join(redo)}", flush=True)
-    listed = {s["file"] for s in man["shards"]}
+    listed = {s["file"] for s in man.shards}
     for p in out_dir.glob("shard-*.safetensors"):
         if p.name not in listed:  # written after the last manifest update: redo it
             p.unlink()
     for p in out_dir.glob(".shard-*.tmp"):
         p.unlink()
-    return {i for s in man["shards"] for i in s["indices"]}
+    return set(man.sample_indices())
 
 
 def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: dict, resume: bool = False,
-            after_shard=None) -> dict:
+            after_shard=None) -> Manifest:
     """Capture features for `rows` ({index, messages}) into `out_dir`; returns the manifest."""
     from eaglewire.target.points import parse_points
 
     pts = parse_points(s.points, target.num_layers)
-    if s.dtype not in ("fp32", "bf16", "fp16"):
-        raise EaglewireError(f"--dtype {s.dtype!r}: expected fp32, bf16 or fp16")
-    sdtype = _DTYPES[s.dtype]
-    man = _new_manifest(target, pts, s, gen)
+    sdtype = dtype_from_name(s.dtype, "--store-dtype")
+    man = new_manifest(target, pts, s, gen)
     done = _prepare_out(out_dir, man, resume)
     items, counts = tokenize_rows(target.tokenizer, [r for r in rows if r["index"] not in done], s.max_seq_len)
-    man["dropped"] = counts
-    stats = _NormStats([p.name for p in pts], man.get("norm_stats"))
+    man.dropped = counts
+    stats = _NormStats([p.name for p in pts], man.norm_stats)
     buf, t0, ntok = [], time.perf_counter(), 0
     bar = tqdm(total=sum(len(i[1]) for i in items), desc="extract", unit="tok", unit_scale=True, dynamic_ncols=True)
     for batch in _batches(items, s.batch_tokens):
-        feats = _forward(target, batch, pts)
+        feats = forward_features(target, batch, pts)
         for (idx, ids, mask), (f, h) in zip(batch, feats):
             buf.append((idx, ids, mask, f, h))
         ntok += sum(len(b[1]) for b in batch)
@@ -208,19 +195,19 @@ def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: di
     if buf:
         _flush(out_dir, man, buf, sdtype, stats)
     bar.close()
-    stored = [i for e in man["shards"] for i in e["indices"]]
+    stored = man.sample_indices()
     want = done | {it[0] for it in items}
     if len(stored) != len(set(stored)) or set(stored) != want:
         raise EaglewireError(f"{out_dir}: the shards hold {len(set(stored))} distinct samples ({len(stored)} entries) "
                              f"where {len(want)} were expected; the manifest is left incomplete (run with --resume)")
-    man["complete"] = True
-    man["extract_tokens_per_s"] = ntok / max(time.perf_counter() - t0, 1e-9)
-    write_json_atomic(out_dir / MANIFEST, man)
+    man.complete = True
+    man.extract_tokens_per_s = ntok / max(time.perf_counter() - t0, 1e-9)
+    man.save(out_dir)
     return man
 
 
 @torch.no_grad()
-def _forward(target, batch: list, pts: list[Point]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def forward_features(target, batch: list, pts: list[Point]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Right-padded forward; per sample ([n, P, H] features, [n, H] final-norm hidden) on CPU."""
     want = pts + ([FINAL_NORM] if FINAL_NORM not in pts else [])
     T = max(len(b[1]) for b in batch)
@@ -236,15 +223,11 @@ def _forward(target, batch: list, pts: list[Point]) -> list[tuple[torch.Tensor, 
     return [(slots[j, : len(b[1])].cpu(), fin[j, : len(b[1])].cpu()) for j, b in enumerate(batch)]
 
 
-def _flush(out_dir: Path, man: dict, buf: list, sdtype, stats: _NormStats) -> None:
+def _flush(out_dir: Path, man: Manifest, buf: list, sdtype, stats: _NormStats) -> None:
     for b in buf:  # only what is on disk counts, so a resumed run never counts a sample twice
         stats.add(b[3])
     # the next free number: after a bad shard was dropped, len(shards) may name an existing file
-    k = 1 + max((int(e["file"][6:11]) for e in man["shards"]), default=-1)
-    entry = _write_shard(out_dir, k, buf, sdtype)
-    man["shards"].append(entry)
-    man["num_samples"] += entry["num_samples"]
-    man["num_tokens"] += entry["num_tokens"]
-    man["num_loss_tokens"] += entry["num_loss_tokens"]
-    man["norm_stats"] = stats.as_list()
-    write_json_atomic(out_dir / MANIFEST, man)
+    k = 1 + max((int(e["file"][6:11]) for e in man.shards), default=-1)
+    man.add_shard(write_shard(out_dir, k, buf, sdtype))
+    man.norm_stats = stats.as_list()
+    man.save(out_dir)

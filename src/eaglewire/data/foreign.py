@@ -30,11 +30,12 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from eaglewire.data.manifest import FORMAT_VERSION, MANIFEST, write_json_atomic
+from eaglewire.data.manifest import Manifest
 from eaglewire.data.options import DataImportConfig
 from eaglewire.export.weights import load_pickle_weights
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.points import FINAL_NORM, id_lists, parse_points, points_from_ids
+from eaglewire.target.fingerprint import TargetFingerprint, TargetRecord
+from eaglewire.target.points import FINAL_NORM, Point, parse_points, points_from_ids
 
 _NUM = re.compile(r"(\d+)")
 
@@ -100,7 +101,8 @@ def _specforge_samples(src: Path):
         yield _index(f), ids, d["loss_mask"].reshape(-1).to(torch.uint8), aux.view(ids.shape[0], -1, H), last
 
 
-def _points_section(cfg: DataImportConfig, P: int, L: int | None) -> dict:
+def _stated_points(cfg: DataImportConfig, P: int, L: int | None) -> list[Point] | None:
+    """The points the user states for the imported slots, or None when unknown (never guessed)."""
     if cfg.points or cfg.ids:
         if not L:
             raise EaglewireError("--points/--ids need the target's layer count: pass --target or --target-layers")
@@ -110,24 +112,25 @@ def _points_section(cfg: DataImportConfig, P: int, L: int | None) -> dict:
         pts = parse_points(names, L) if names else points_from_ids(cfg.ids, cfg.layers_from, L)
         if len(pts) != P:
             raise EaglewireError(f"{len(pts)} points stated but the files hold {P} feature slots")
-        return {**id_lists(pts, L), "stated_by": "user"}
-    keys = ("names", "hf_index", "sglang", "sglang_deepseek", "specforge", "vllm", "speculators")
-    return {**{k: [None] * P for k in keys}, "stated_by": "unknown"}
+        return pts
+    return None
 
 
 def _final_norm(cfg: DataImportConfig):
     """(layer count, fingerprint, final norm module or None) from --target."""
     if not cfg.target:
         return (cfg.target_layers or None), None, None, None
-    from eaglewire.target.load import chat_template_hash, load_target, target_fingerprint
+    from eaglewire.target.capture import decoder_stack
+    from eaglewire.target.fingerprint import TargetFingerprint, chat_template_hash
+    from eaglewire.target.load import load_target
 
     t = load_target(cfg.target, device="cpu")
-    return t.num_layers, target_fingerprint(t), t.model.model.norm, chat_template_hash(t.tokenizer)
+    return t.num_layers, TargetFingerprint.of(t), decoder_stack(t.model).norm, chat_template_hash(t.tokenizer)
 
 
 def run_data_import(cfg: DataImportConfig) -> dict:
     src, out = Path(cfg.src), Path(cfg.out)
-    if (out / MANIFEST).exists():
+    if Manifest.exists(out):
         raise EaglewireError(f"{out}: already holds a dataset; choose a new --out")
     fmt = detect(src) if cfg.format == "auto" else cfg.format
     if fmt not in ("speculators", "specforge"):
@@ -145,11 +148,9 @@ def run_data_import(cfg: DataImportConfig) -> dict:
                          "final norm: target_hidden is pre-norm, training needs final_norm (re-import with --target)")
     if cfg.all_loss:
         notes.append("loss_mask = 1 on every token (--all-loss): the original assistant-only mask was not read")
-    man = {"format": "eaglewire-features", "format_version": FORMAT_VERSION, "complete": False,
-           "target": {"source": cfg.target or None, "path": None, "fingerprint": fp or {"num_layers": L, "unknown": True}},
-           "target_hidden": th, "chat_template_sha": tpl, "generation": {"imported_from": str(src), "format": fmt},
-           "extract": {"imported": True, "notes": notes}, "shards": [], "num_samples": 0, "num_tokens": 0,
-           "num_loss_tokens": 0}
+    man = Manifest(target=TargetRecord(source=cfg.target or None, fingerprint=fp or TargetFingerprint.unknown_target(L)),
+                   points=None, num_slots=0, target_hidden=th, chat_template_sha=tpl,
+                   generation={"imported_from": str(src), "format": fmt}, extract={"imported": True, "notes": notes})
     buf, P = [], None
     for idx, ids, mask, feats, last in samples:
         if norm is not None:
@@ -164,17 +165,15 @@ def run_data_import(cfg: DataImportConfig) -> dict:
         _flush(out, man, buf)
     if not P:
         raise EaglewireError(f"{src}: no samples found")
-    man["points"] = _points_section(cfg, P, L)
-    man["complete"] = True
-    write_json_atomic(out / MANIFEST, man)
-    return {"out": str(out), "format": fmt, "points": man["points"]["names"], "num_samples": man["num_samples"],
-            "num_tokens": man["num_tokens"], "target_hidden": th, "warnings": notes}
+    man.points, man.num_slots = _stated_points(cfg, P, L), P
+    man.points_stated_by = "user" if man.points is not None else "unknown"
+    man.complete = True
+    man.save(out)
+    return {"out": str(out), "format": fmt, "points": man.point_names, "num_samples": man.num_samples,
+            "num_tokens": man.num_tokens, "target_hidden": th, "warnings": notes}
 
 
-def _flush(out: Path, man: dict, buf: list) -> None:
-    from eaglewire.data.extract import _write_shard
+def _flush(out: Path, man: Manifest, buf: list) -> None:
+    from eaglewire.data.extract import write_shard
 
-    entry = _write_shard(out, len(man["shards"]), buf, buf[0][3].dtype)
-    man["shards"].append(entry)
-    for k in ("num_samples", "num_tokens", "num_loss_tokens"):
-        man[k] += entry[k]
+    man.add_shard(write_shard(out, len(man.shards), buf, buf[0][3].dtype))

@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from eaglewire.data.jsonl import JsonlAppender, read_jsonl, rewrite_jsonl
-from eaglewire.data.settings import GenSettings
+from eaglewire.data.options import GenSettings
 from eaglewire.target.fastlinear import packed_linears
 from eaglewire.target.kvcache import growing_cache
 

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from eaglewire.infra.atomic import atomic_file
 from eaglewire.infra.errors import EaglewireError
 
 
@@ -27,13 +28,9 @@ def read_jsonl(path: Path, tolerate_partial_tail: bool = True) -> list[dict]:
 
 
 def rewrite_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
+    with atomic_file(path) as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
 
 
 class JsonlAppender:

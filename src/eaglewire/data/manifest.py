@@ -9,37 +9,141 @@ per shard, and is rewritten atomically after every shard.
 
 from __future__ import annotations
 
-import json
-import os
+import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from eaglewire.infra.atomic import read_json, write_json_atomic
+from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.load import file_sha256
+from eaglewire.target.fingerprint import TargetRecord
+from eaglewire.target.points import FINAL_NORM, Point, id_lists, parse_points
 
+FORMAT = "eaglewire-features"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+_ID_KEYS = ("names", "hf_index", "sglang", "sglang_deepseek", "specforge", "vllm", "speculators")
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+def points_to_json(points: list[Point] | None, num_layers: int | None, num_slots: int, stated_by: str | None) -> dict:
+    """Every engine's ids next to the physical names, so a reader without eaglewire sees the wiring."""
+    if points is None or num_layers is None:
+        d = {k: [None] * num_slots for k in _ID_KEYS}
+    else:
+        d = id_lists(points, num_layers)
+    return {**d, **({"stated_by": stated_by} if stated_by else {})}
 
 
-def read_manifest(d: Path) -> dict:
-    p = Path(d) / MANIFEST
-    if not p.is_file():
-        raise EaglewireError(f"{d}: not an eaglewire dataset (no {MANIFEST})")
+def points_from_json(raw: Any, num_layers: int | None, where: str) -> tuple[list[Point] | None, int, str | None]:
+    """(points or None when unknown, number of feature slots, who stated them)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("names"), list):
+        raise EaglewireError(f"{where}: expected an object with a 'names' list of capture points, got {raw!r}")
+    names = raw["names"]
+    if all(n is None for n in names):
+        return None, len(names), raw.get("stated_by")
+    if num_layers is None:
+        raise EaglewireError(f"{where}: points {names} are stated but the target's layer count is unknown")
     try:
-        m = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise EaglewireError(f"{p}: invalid JSON ({e.msg} at line {e.lineno})") from e
-    if m.get("format") != "eaglewire-features" or m.get("format_version") != FORMAT_VERSION:
-        raise EaglewireError(f"{p}: format {m.get('format')!r} v{m.get('format_version')}, expected eaglewire-features v{FORMAT_VERSION}")
-    return m
+        return parse_points(names, num_layers), len(names), raw.get("stated_by")
+    except EaglewireError as e:
+        raise EaglewireError(f"{where}: {e}") from e
+
+
+@dataclass
+class Manifest:
+    """What every stored tensor physically is, where it came from, and the checksum of each shard.
+
+    Rewritten atomically after every shard; keys this version does not know are
+    kept as read (`extra`), so an older eaglewire never drops a newer one's facts.
+    """
+
+    target: TargetRecord
+    points: list[Point] | None
+    num_slots: int
+    chat_template_sha: str | None = None
+    generation: dict = field(default_factory=dict)
+    extract: dict = field(default_factory=dict)
+    target_hidden: str = FINAL_NORM.name
+    forward_dtype: str | None = None  # the precision the features were computed in: the doctor's tolerance follows it
+    complete: bool = False
+    shards: list[dict] = field(default_factory=list)
+    num_samples: int = 0
+    num_tokens: int = 0
+    num_loss_tokens: int = 0
+    norm_stats: list[dict] | None = None
+    dropped: dict | None = None
+    vocab: dict | None = None
+    extract_tokens_per_s: float | None = None
+    ranks: int | None = None
+    points_stated_by: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_layers(self) -> int | None:
+        return self.target.fingerprint.num_layers
+
+    @property
+    def point_names(self) -> list[str | None]:
+        return [p.name for p in self.points] if self.points is not None else [None] * self.num_slots
+
+    def add_shard(self, entry: dict) -> None:
+        self.shards.append(entry)
+        self.num_samples += entry["num_samples"]
+        self.num_tokens += entry["num_tokens"]
+        self.num_loss_tokens += entry["num_loss_tokens"]
+
+    def recount(self) -> None:
+        self.num_samples, self.num_tokens, self.num_loss_tokens = (
+            sum(e[k] for e in self.shards) for k in ("num_samples", "num_tokens", "num_loss_tokens"))
+
+    def sample_indices(self) -> list[int]:
+        return [i for s in self.shards for i in s["indices"]]
+
+    def to_json(self) -> dict:
+        d = {"format": FORMAT, "format_version": FORMAT_VERSION, "complete": self.complete,
+             "target": self.target.to_json(),
+             "points": points_to_json(self.points, self.num_layers, self.num_slots, self.points_stated_by)}
+        for f in dataclasses.fields(self):
+            if f.name not in ("target", "points", "num_slots", "complete", "points_stated_by", "extra"):
+                v = getattr(self, f.name)
+                if v is not None or f.name in ("chat_template_sha", "forward_dtype"):
+                    d[f.name] = v
+        return {**self.extra, **d}
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Manifest:
+        if not isinstance(raw, dict):
+            raise EaglewireError(f"{where}: expected a JSON object")
+        if raw.get("format") != FORMAT or raw.get("format_version") != FORMAT_VERSION:
+            raise EaglewireError(f"{where}: format {raw.get('format')!r} v{raw.get('format_version')}, "
+                                 f"expected {FORMAT} v{FORMAT_VERSION}")
+        for key, typ in (("shards", list), ("target", dict), ("points", dict)):
+            if not isinstance(raw.get(key), typ):
+                raise EaglewireError(f"{where}: '{key}' missing or not a {typ.__name__}")
+        target = TargetRecord.from_json(raw["target"], f"{where}: target")
+        pts, n, stated = points_from_json(raw["points"], target.fingerprint.num_layers, f"{where}: points")
+        names = {f.name for f in dataclasses.fields(cls)}
+        skip = {"format", "format_version", "target", "points"}
+        known = {k: v for k, v in raw.items() if k in names and k not in skip}
+        extra = {k: v for k, v in raw.items() if k not in names and k not in skip}
+        return cls(target=target, points=pts, num_slots=n, points_stated_by=stated, extra=extra, **known)
+
+    @classmethod
+    def load(cls, d: Path) -> Manifest:
+        p = Path(d) / MANIFEST
+        return cls.from_json(read_json(p, f"not an eaglewire dataset (no {MANIFEST})"), str(p))
+
+    @staticmethod
+    def exists(d: Path) -> bool:
+        return (Path(d) / MANIFEST).is_file()
+
+    def save(self, d: Path) -> None:
+        write_json_atomic(Path(d) / MANIFEST, self.to_json())
+
+
+def read_manifest(d: Path) -> Manifest:
+    return Manifest.load(d)
 
 
 def manifest_hash(d: Path) -> str:
@@ -58,9 +162,9 @@ def shard_problem(d: Path, entry: dict) -> str | None:
     return None
 
 
-def verify_shards(d: Path, m: dict) -> None:
+def verify_shards(d: Path, m: Manifest) -> None:
     """Raise naming the first shard whose bytes differ from the manifest's checksum."""
-    for s in m["shards"]:
+    for s in m.shards:
         why = shard_problem(d, s)
         if why:
             raise EaglewireError(f"{Path(d) / s['file']}: {why}; run `eaglewire data extract {d} --resume` "

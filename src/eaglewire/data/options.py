@@ -1,6 +1,9 @@
-"""Options of the `eaglewire data ...` commands (one dataclass per command).
+"""What the `eaglewire data ...` commands do: the stages' settings and the commands' options.
 
-Defaults come from :mod:`.settings`, which the stages use too.
+`GenSettings` and `ExtractSettings` are what generation and extraction take,
+as plain values; the command options (one dataclass per command) take their
+defaults from them, so a default is written once. Kept free of torch so that
+building the CLI stays fast.
 """
 
 from __future__ import annotations
@@ -8,12 +11,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eaglewire.data.settings import ExtractSettings, GenSettings
 from eaglewire.infra.options import opt
+from eaglewire.infra.output import json_flag
 from eaglewire.target.points import ENGINES
 
 PROMPTS = "prompts.jsonl"
 RESPONSES = "responses.jsonl"
+
+
+@dataclass
+class GenSettings:
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    batch_size: int = 16
+    seed: int = 0
+    max_prompt_tokens: int = 1024
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ExtractSettings:
+    points: list[str]
+    dtype: str = "bf16"
+    batch_tokens: int = 4096
+    max_seq_len: int = 2048
+    shard_samples: int = 256
 
 
 @dataclass(kw_only=True)
@@ -24,7 +49,7 @@ class _RunOptions:
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
     dtype: str = opt("auto", "model dtype: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16")
     resume: bool = opt(False, "continue an interrupted run (finished work is not redone)")
-    json: bool = opt(False, "print JSON")
+    json: bool = json_flag()
 
 
 @dataclass(kw_only=True)
@@ -70,7 +95,7 @@ class DataExtractConfig(_RunOptions, _ExtractOptions):
 class DataVocabConfig:
     data: Path = opt(help="dataset directory with finished features", arg=True)
     size: int = opt(0, "draft vocab size; 0 = auto (8192, or the full vocab when smaller)", ge=0)
-    json: bool = opt(False, "print JSON")
+    json: bool = json_flag()
 
 
 @dataclass(kw_only=True)
@@ -83,7 +108,7 @@ class DataBuildConfig(_RunOptions, _ExtractOptions, _GenOptions):
 class DataInfoConfig:
     data: Path = opt(help="dataset directory", arg=True)
     verify: bool = opt(True, "verify shard checksums")
-    json: bool = opt(False, "print JSON")
+    json: bool = json_flag()
 
 
 @dataclass
@@ -98,4 +123,4 @@ class DataImportConfig:
     target_layers: int = opt(0, "the target's layer count when --target is not given (to resolve --ids/--points)")
     all_loss: bool = opt(False, "speculators without pyarrow: train on every token (loss_mask = 1), stated in the manifest")
     shard_samples: int = opt(64, "samples per shard", ge=1)
-    json: bool = opt(False, "print JSON")
+    json: bool = json_flag()

@@ -12,6 +12,7 @@ import json
 import time
 from pathlib import Path
 
+from eaglewire.data.manifest import Manifest
 from eaglewire.data.options import (
     PROMPTS,
     RESPONSES,
@@ -22,10 +23,10 @@ from eaglewire.data.options import (
 )
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.options import save_config
+from eaglewire.infra.ranks import distributed, is_main, local_device, rank_world
 
 
 def _load(cfg):
-    from eaglewire.data.sharded import local_device
     from eaglewire.infra.device import resolve_device, resolve_dtype
     from eaglewire.target.load import load_target
 
@@ -70,11 +71,11 @@ def _locked(fn):
 
     @functools.wraps(fn)
     def wrapper(cfg, *args, **kwargs):
-        from eaglewire.data.sharded import active, rank0_lock
+        from eaglewire.data.sharded import rank0_lock
         from eaglewire.infra.locks import dir_lock
 
         d = getattr(cfg, "out", None) or cfg.data
-        with (rank0_lock if active() else dir_lock)(d, f"data {fn.__name__.removeprefix('run_')}"):
+        with (rank0_lock if distributed() else dir_lock)(d, f"data {fn.__name__.removeprefix('run_')}"):
             return fn(cfg, *args, **kwargs)
     return wrapper
 
@@ -111,23 +112,15 @@ def _prompts_everywhere(cfg, target) -> tuple[list, dict]:
     """Rank 0 collects (and writes) the prompts; under torchrun the other ranks then read them."""
     import dataclasses
 
-    from eaglewire.data.sharded import active, rank_world
-
-    if not active():
+    if not distributed():
         return _collect_prompts(cfg, target)
-    first = _agree(lambda: _collect_prompts(cfg, target) if rank_world()[0] == 0 else None)
+    first = _agree(lambda: _collect_prompts(cfg, target) if is_main() else None)
     return first or _collect_prompts(dataclasses.replace(cfg, resume=True), target)
 
 
 def _answers_file(cfg) -> tuple[Path, tuple[int, int]]:
     """Where this process appends answers: `responses.jsonl`, or its rank's file under torchrun."""
-    from eaglewire.data.sharded import (
-        active,
-        consolidate_responses,
-        rank_responses,
-        rank_world,
-        seed_rank_file,
-    )
+    from eaglewire.data.sharded import consolidate_responses, rank_responses, seed_rank_file
 
     rank, world = rank_world()
 
@@ -137,7 +130,7 @@ def _answers_file(cfg) -> tuple[Path, tuple[int, int]]:
 
     if cfg.resume:
         _agree(fold)
-    if not active():
+    if not distributed():
         return cfg.out / RESPONSES, (0, 1)
     if cfg.resume:
         seed_rank_file(cfg.out, rank, world)
@@ -146,19 +139,13 @@ def _answers_file(cfg) -> tuple[Path, tuple[int, int]]:
 
 def _finish_generate(cfg, res: dict) -> dict:
     """Under torchrun: rank 0 merges the ranks' answers and writes the summed result."""
-    from eaglewire.data.sharded import (
-        active,
-        consolidate_responses,
-        gather,
-        rank_world,
-        sum_results,
-    )
+    from eaglewire.data.sharded import consolidate_responses, gather, sum_results
 
-    if active():
+    if distributed():
         res = sum_results(gather(res))
-        if rank_world()[0] == 0:
+        if is_main():
             consolidate_responses(cfg.out)
-    if rank_world()[0] == 0:
+    if is_main():
         save_config(cfg, cfg.out / "generate.config.json", {"result": res})
     gather(None)  # nobody returns before the merged answers are on disk
     return res
@@ -174,7 +161,8 @@ def _gen_result(counts: dict, stats, settings: dict) -> dict:
 def _generate_via_server(cfg, s) -> dict:
     """Answers from the engine the user serves with; provenance says which, and how it was asked."""
     from eaglewire.data.server import FAILURES, ChatClient, ServerSettings, generate_via_server
-    from eaglewire.target.load import chat_template_hash, load_tokenizer
+    from eaglewire.target.fingerprint import chat_template_hash
+    from eaglewire.target.load import load_tokenizer
 
     ss = ServerSettings(url=cfg.server, model=cfg.model, concurrency=cfg.concurrency, reasoning=cfg.reasoning,
                         retries=cfg.retries, timeout_s=cfg.request_timeout)
@@ -214,14 +202,11 @@ def _settings_from_manifest(cfg):
     """
     import dataclasses
 
-    man_path = cfg.data / "manifest.json"
-    if not (cfg.resume and man_path.is_file()):
+    if not (cfg.resume and Manifest.exists(cfg.data)):
         return cfg
-    from eaglewire.target.load import recorded_source
-
-    man = json.loads(man_path.read_text())
-    ex = man.get("extract") or {}
-    recorded = {"target": recorded_source(man.get("target") or {}), "points": ex.get("points"),
+    man = Manifest.load(cfg.data)
+    ex = man.extract
+    recorded = {"target": man.target.source, "points": ex.get("points"),
                 "store_dtype": ex.get("dtype"), "batch_tokens": ex.get("batch_tokens"),
                 "max_seq_len": ex.get("max_seq_len"), "shard_samples": ex.get("shard_samples")}
     defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -248,26 +233,26 @@ def run_extract(cfg, target=None) -> dict:
                         max_seq_len=cfg.max_seq_len, shard_samples=cfg.shard_samples)
     t0 = time.perf_counter()
     man = _extract_everywhere(cfg, target, rows, s, gen)
-    return {"num_samples": man["num_samples"], "num_tokens": man["num_tokens"], "points": man["points"]["names"],
-            "dropped": man["dropped"], "seconds": round(time.perf_counter() - t0, 1),
-            "tokens_per_s": round(man["extract_tokens_per_s"], 1)}
+    return {"num_samples": man.num_samples, "num_tokens": man.num_tokens, "points": man.point_names,
+            "dropped": man.dropped, "seconds": round(time.perf_counter() - t0, 1),
+            "tokens_per_s": round(man.extract_tokens_per_s or 0.0, 1)}
 
 
-def _extract_everywhere(cfg, target, rows: list[dict], s, gen: dict) -> dict:
+def _extract_everywhere(cfg, target, rows: list[dict], s, gen: dict) -> Manifest:
     """One process writes shards into the dataset; under torchrun each rank writes its share
     under `rank-<r>/` and rank 0 merges the manifests into the one training reads."""
     from eaglewire.data.extract import extract
-    from eaglewire.data.sharded import active, check_ranks, merge_manifests, rank_dir, rank_world
+    from eaglewire.data.sharded import check_ranks, merge_manifests, rank_dir
 
     rank, world = rank_world()
     _agree(check_ranks, cfg.data, world)
-    if not active():
+    if not distributed():
         man = extract(target, rows, cfg.data, s, gen, resume=cfg.resume)
     else:
         mine = [r for r in rows if r["index"] % world == rank]
         _agree(extract, target, mine, rank_dir(cfg.data, rank), s, gen, resume=cfg.resume)
         _agree(lambda: merge_manifests(cfg.data, world) if rank == 0 else None)
-        man = json.loads((cfg.data / "manifest.json").read_text())
+        man = Manifest.load(cfg.data)
     if rank == 0:
         save_config(cfg, cfg.data / "extract.config.json")
     return man
@@ -282,17 +267,19 @@ def auto_vocab_size(vocab: int) -> int:
 @_locked
 def run_vocab(cfg) -> dict:
     """Counted over every sample; under torchrun rank 0 counts and the others read its result."""
-    res = _agree(lambda: _vocab(cfg) if _rank() == 0 else None)
-    return res if _rank() == 0 else json.loads((cfg.data / "manifest.json").read_text())["vocab"]
+    res = _agree(lambda: _vocab(cfg) if is_main() else None)
+    return res if is_main() else Manifest.load(cfg.data).vocab
 
 
 def _vocab(cfg) -> dict:
     from eaglewire.data.dataset import FeatureDataset
-    from eaglewire.data.manifest import read_manifest, write_json_atomic
     from eaglewire.data.vocab import build_draft_vocab, count_tokens, save_vocab
 
-    man = read_manifest(cfg.data)
-    V = man["target"]["fingerprint"]["vocab_size"]
+    man = Manifest.load(cfg.data)
+    V = man.target.fingerprint.vocab_size
+    if V is None:
+        raise EaglewireError(f"{cfg.data}: the manifest does not record the target's vocab size "
+                             "(re-import the dataset with --target)")
     ds = FeatureDataset(cfg.data, verify=False)
     ids = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
     masks = [ds[i]["loss_mask"].int().tolist() for i in range(len(ds))]
@@ -300,17 +287,17 @@ def _vocab(cfg) -> dict:
     size = cfg.size or auto_vocab_size(V)
     vocab = build_draft_vocab(counts, size)
     save_vocab(cfg.data, vocab)
-    man["vocab"] = {"size": size, "coverage": vocab.coverage, "num_distinct": int((counts > 0).sum())}
-    write_json_atomic(cfg.data / "manifest.json", man)
+    man.vocab = {"size": size, "coverage": vocab.coverage, "num_distinct": int((counts > 0).sum())}
+    man.save(cfg.data)
     save_config(cfg, cfg.data / "vocab.config.json")
-    return man["vocab"]
+    return man.vocab
 
 
 def _complete_and_intact(d: Path) -> bool:
     from eaglewire.data.manifest import shard_problem
 
-    man = json.loads((d / "manifest.json").read_text())
-    return bool(man.get("complete")) and not any(shard_problem(d, e) for e in man["shards"])
+    man = Manifest.load(d)
+    return man.complete and not any(shard_problem(d, e) for e in man.shards)
 
 
 @_locked
@@ -321,38 +308,31 @@ def run_build(cfg: DataBuildConfig) -> dict:
     gen_keys = DataGenerateConfig.__dataclass_fields__
     gcfg = config_from_dict(DataGenerateConfig, {k: getattr(cfg, k) for k in gen_keys})
     res = {}
-    if not (cfg.resume and (cfg.out / "manifest.json").exists()):
+    if not (cfg.resume and Manifest.exists(cfg.out)):
         res["generate"] = run_generate(gcfg, target)
     ex = {k: getattr(cfg, k) for k in DataExtractConfig.__dataclass_fields__ if k != "data"}
     ecfg = config_from_dict(DataExtractConfig, {**ex, "data": cfg.out})
-    man_path = cfg.out / "manifest.json"
-    if not (man_path.exists() and _complete_and_intact(cfg.out)):
+    if not (Manifest.exists(cfg.out) and _complete_and_intact(cfg.out)):
         res["extract"] = run_extract(ecfg, target)
     res["vocab"] = run_vocab(DataVocabConfig(data=cfg.out, size=cfg.vocab_size))
-    if _rank() == 0:
+    if is_main():
         save_config(cfg, cfg.out / "build.config.json")
     return res
 
 
-def _rank() -> int:
-    from eaglewire.data.sharded import rank_world
-
-    return rank_world()[0]
-
-
 def info(d: Path, verify: bool = True) -> dict:
-    from eaglewire.data.manifest import manifest_hash, read_manifest, verify_shards
-    from eaglewire.target.load import recorded_source
+    from eaglewire.data.manifest import manifest_hash, verify_shards
 
-    man = read_manifest(d)
+    man = Manifest.load(d)
     if verify:
         verify_shards(d, man)
+    raw = man.to_json()
     return {
-        "path": str(d), "complete": man["complete"], "points": man["points"],
-        "num_samples": man["num_samples"], "num_tokens": man["num_tokens"], "num_loss_tokens": man["num_loss_tokens"],
-        "target": recorded_source(man["target"]), "target_fingerprint": man["target"]["fingerprint"],
-        "chat_template_sha": man["chat_template_sha"], "generation": man.get("generation"),
-        "store_dtype": man["extract"]["dtype"], "norm_stats": man.get("norm_stats"),
-        "vocab": man.get("vocab"), "num_shards": len(man["shards"]), "dropped": man.get("dropped"),
+        "path": str(d), "complete": man.complete, "points": raw["points"],
+        "num_samples": man.num_samples, "num_tokens": man.num_tokens, "num_loss_tokens": man.num_loss_tokens,
+        "target": man.target.source, "target_fingerprint": raw["target"]["fingerprint"],
+        "chat_template_sha": man.chat_template_sha, "generation": man.generation,
+        "store_dtype": man.extract.get("dtype"), "norm_stats": man.norm_stats,
+        "vocab": man.vocab, "num_shards": len(man.shards), "dropped": man.dropped,
         "manifest_sha": manifest_hash(d), "checksums_verified": verify,
     }

@@ -28,7 +28,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from eaglewire.data.jsonl import JsonlAppender, rewrite_jsonl
-from eaglewire.data.settings import GenSettings
+from eaglewire.data.options import GenSettings
 from eaglewire.infra.errors import EaglewireError
 
 FAILURES = "failures.jsonl"

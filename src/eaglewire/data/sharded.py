@@ -14,23 +14,15 @@ forever at a collective.
 
 from __future__ import annotations
 
-import json
-import os
+import dataclasses
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from eaglewire.data.jsonl import read_jsonl, rewrite_jsonl
-from eaglewire.data.manifest import MANIFEST, read_manifest, write_json_atomic
+from eaglewire.data.manifest import MANIFEST, Manifest
 from eaglewire.data.options import RESPONSES
 from eaglewire.infra.errors import EaglewireError
-
-
-def rank_world() -> tuple[int, int]:
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def active() -> bool:
-    return rank_world()[1] > 1
+from eaglewire.infra.ranks import distributed, is_main, rank, world_size
 
 
 def _group():
@@ -42,10 +34,10 @@ def _group():
 
 
 def gather(obj) -> list:
-    if not active():
+    if not distributed():
         return [obj]
     dist = _group()
-    out = [None] * rank_world()[1]
+    out = [None] * world_size()
     dist.all_gather_object(out, obj)
     return out
 
@@ -60,7 +52,7 @@ def agree(fn, *args, **kwargs):
     errors = [(r, e) for r, e in enumerate(gather(err)) if e]
     if errors:
         r, e = errors[0]
-        raise EaglewireError(e if r == rank_world()[0] else f"rank {r}: {e}")
+        raise EaglewireError(e if r == rank() else f"rank {r}: {e}")
     return res
 
 
@@ -72,7 +64,7 @@ def rank0_lock(d: Path, what: str):
     stack = ExitStack()
 
     def take():
-        if rank_world()[0] == 0:
+        if is_main():
             stack.enter_context(dir_lock(d, what))
 
     agree(take)
@@ -80,15 +72,6 @@ def rank0_lock(d: Path, what: str):
         yield
     finally:
         stack.close()
-
-
-def local_device(dev):
-    """`cuda` under torchrun means this rank's GPU, `cuda:LOCAL_RANK`."""
-    import torch
-
-    if active() and dev.type == "cuda" and dev.index is None:
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return dev
 
 
 def rank_responses(out: Path, rank: int) -> Path:
@@ -139,20 +122,18 @@ def sum_results(results: list[dict]) -> dict:
     return out
 
 
-def merge_manifests(out: Path, world: int) -> dict:
+def merge_manifests(out: Path, world: int) -> Manifest:
     """One manifest over the ranks' shards (paths relative to `out`), exact sums of counts and norms."""
-    parts = [read_manifest(rank_dir(out, r)) for r in range(world)]
-    man = {k: v for k, v in parts[0].items() if k not in ("shards", "norm_stats", "extract_tokens_per_s")}
-    man["shards"] = [{**e, "file": f"{rank_dir(out, r).name}/{e['file']}"} for r, p in enumerate(parts)
-                     for e in p["shards"]]
-    for k in ("num_samples", "num_tokens", "num_loss_tokens"):
-        man[k] = sum(p[k] for p in parts)
-    man["dropped"] = {k: sum((p.get("dropped") or {}).get(k, 0) for p in parts) for k in (parts[0].get("dropped") or {})}
-    man["complete"] = all(p["complete"] for p in parts)
-    man["extract_tokens_per_s"] = sum(p.get("extract_tokens_per_s", 0.0) for p in parts)
-    man["ranks"] = world
-    man["norm_stats"] = _merge_norms([p.get("norm_stats") or [] for p in parts])
-    write_json_atomic(out / MANIFEST, man)
+    parts = [Manifest.load(rank_dir(out, r)) for r in range(world)]
+    shards = [{**e, "file": f"{rank_dir(out, r).name}/{e['file']}"} for r, p in enumerate(parts) for e in p.shards]
+    first = parts[0]
+    man = dataclasses.replace(
+        first, shards=shards, complete=all(p.complete for p in parts), ranks=world,
+        dropped={k: sum((p.dropped or {}).get(k, 0) for p in parts) for k in (first.dropped or {})},
+        extract_tokens_per_s=sum(p.extract_tokens_per_s or 0.0 for p in parts),
+        norm_stats=_merge_norms([p.norm_stats or [] for p in parts]))
+    man.recount()
+    man.save(out)
     return man
 
 
@@ -171,10 +152,10 @@ def _merge_norms(per_rank: list[list[dict]]) -> list[dict]:
 
 def check_ranks(out: Path, world: int) -> None:
     """A dataset extracted by N ranks resumes under N ranks: each rank owns its shard directory."""
-    path = out / MANIFEST
-    if not path.is_file():
+    if not Manifest.exists(out):
         return
-    made = json.loads(path.read_text()).get("ranks", 1)
+    path = out / MANIFEST
+    made = Manifest.load(out).ranks or 1
     if made != world:
         how = f"torchrun --nproc_per_node {made} -m eaglewire.cli" if made > 1 else "a single process"
         raise EaglewireError(f"{path}: extracted by {made} rank(s), resumed with {world}; resume it with {how}")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
 
 TENSORS_FILE = "vocab.safetensors"
@@ -116,7 +117,7 @@ def save_vocab(path_dir, vocab: DraftVocab) -> Path:
         "num_counted_tokens": int(vocab.counts.sum()),
         "num_distinct": int((vocab.counts > 0).sum()),
     }
-    (d / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+    write_json_atomic(d / META_FILE, meta)
     return d
 
 

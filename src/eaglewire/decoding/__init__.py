@@ -4,8 +4,3 @@ Entry points: :class:`SpecEngine` + :class:`SpecConfig` (engine.py), the
 ``generate`` and ``bench`` commands (cli.py). See engine.py for the loop and
 the default shapes chosen for CPU decoding.
 """
-
-from eaglewire.decoding.engine import DEFAULTS, Result, SpecConfig, SpecEngine
-from eaglewire.decoding.metrics import Metrics
-
-__all__ = ["DEFAULTS", "Metrics", "Result", "SpecConfig", "SpecEngine"]

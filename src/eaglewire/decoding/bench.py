@@ -14,7 +14,6 @@ output is not a speedup.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
 from eaglewire.decoding.metrics import Metrics
+from eaglewire.infra.atomic import write_json_atomic
 
 METHODS = ("hf_generate", "eaglewire_plain", "hf_prompt_lookup", "eaglewire_chain", "eaglewire_tree",
            "eaglewire_tree_lookup")
@@ -245,7 +245,7 @@ def write_outputs(res: dict, out: Path) -> dict:
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(res, indent=2))
+    write_json_atomic(out / "bench.json", res)
     (out / "bench.md").write_text(markdown(res))
     names = list(res["methods"])
     fig, ax = plt.subplots(figsize=(7, 3.5))

@@ -9,13 +9,28 @@ from pathlib import Path
 
 import typer
 
-from eaglewire.decoding.engine import DEFAULTS
+from eaglewire.decoding.shapes import DEFAULTS
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.options import build_command, opt
+from eaglewire.infra.output import emit, json_flag
 
 
-@dataclass
-class DecodeConfig:
+@dataclass(kw_only=True)
+class _DraftShape:
+    """How much is drafted per step: `generate` and `bench` take the same options (`_spec_cfg` reads them)."""
+
+    depth: int = opt(DEFAULTS["chain_depth"], "chain: draft tokens per step", ge=1)
+    top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level", ge=1)
+    tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels", ge=1)
+    total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)", ge=2)
+    min_prob: float | None = opt(None, "chain and tree: drop drafts whose cumulative draft probability is below "
+                                 "this; a round where none reaches it verifies the last token alone (0 = keep all; "
+                                 "default: 0.1 on CPU, where a wide verify costs more than a decode step, 0 on CUDA)",
+                                 ge=0, lt=1)
+
+
+@dataclass(kw_only=True)
+class DecodeConfig(_DraftShape):
     prompt: str = opt(help="the user message (or raw text with --no-chat)")
     target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
     drafter: Path | None = opt(None, "drafter checkpoint directory; without it decoding is plain")
@@ -25,24 +40,16 @@ class DecodeConfig:
     max_new_tokens: int = opt(128, "max generated tokens", ge=1)
     stop: list[str] = opt(help="stop string (repeatable); removed from the output", factory=list)
     chat: bool = opt(True, "apply the target's chat template")
-    depth: int = opt(DEFAULTS["chain_depth"], "chain: draft tokens per step", ge=1)
-    top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level", ge=1)
-    tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels", ge=1)
-    total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)", ge=2)
-    min_prob: float | None = opt(None, "chain and tree: drop drafts whose cumulative draft probability is below "
-                                 "this; a round where none reaches it verifies the last token alone (0 = keep all; "
-                                 "default: 0.1 on CPU, where a wide verify costs more than a decode step, 0 on CUDA)",
-                                 ge=0, lt=1)
     lookup: int = opt(0, "tree, greedy: also verify up to N tokens copied from the context (prompt lookup)", ge=0)
     seed: int = opt(0, "sampling seed")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
     dtype: str = opt("auto", "auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16")
     force: bool = opt(False, "run a drafter that does not match the target (warned)")
-    json: bool = opt(False, "print JSON")
+    json: bool = json_flag()
 
 
-@dataclass
-class BenchConfig:
+@dataclass(kw_only=True)
+class BenchConfig(_DraftShape):
     drafter: Path = opt(help="drafter checkpoint directory (or a training run directory)")
     prompts: Path | None = opt(None, 'JSONL: {"prompt": ..., "category": ...} or {"messages": [...]} per line; '
                                "default: the shipped held-out set (54 prompts, 9 categories)")
@@ -54,20 +61,12 @@ class BenchConfig:
     methods: list[str] = opt(help="methods (repeatable): hf_generate, eaglewire_plain, hf_prompt_lookup, "
                              "eaglewire_chain, eaglewire_tree, eaglewire_tree_lookup (the drafter's tree plus a "
                              "context-lookup branch); default: all but hf_prompt_lookup", factory=list)
-    depth: int = opt(DEFAULTS["chain_depth"], "chain: draft tokens per step", ge=1)
-    top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level", ge=1)
-    tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels", ge=1)
-    total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)", ge=2)
-    min_prob: float | None = opt(None, "chain and tree: drop drafts whose cumulative draft probability is below "
-                                 "this; a round where none reaches it verifies the last token alone (0 = keep all; "
-                                 "default: 0.1 on CPU, where a wide verify costs more than a decode step, 0 on CUDA)",
-                                 ge=0, lt=1)
     chat: bool = opt(True, "apply the target's chat template")
     out: Path | None = opt(None, "directory for bench.json, bench.md, bench.png")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
     dtype: str = opt("auto", "auto, fp32, bf16, fp16")
     force: bool = opt(False, "run a drafter that does not match the target (warned)")
-    json: bool = opt(False, "print JSON")
+    json: bool = json_flag()
 
 
 def _load(cfg):
@@ -103,21 +102,23 @@ def run_generate(cfg: DecodeConfig) -> dict:
     ids = eng.encode(cfg.prompt, chat=cfg.chat)
     res = eng.generate(ids, _spec_cfg(cfg, cfg.mode if drafter is not None else "plain", target.device)).to_dict()
     res["mode"] = cfg.mode if drafter is not None else "plain"
-    if cfg.json:
-        print(json.dumps(res, indent=2))
-    else:
-        print(res["text"])
-        tau = f"tau {res['tau']:.2f}, " if res["tau"] else ""
-        print(f"[{res['mode']}: {res['generated_tokens']} tokens, {tau}{res['tokens_per_s']:.1f} tok/s, "
-              f"finish: {res['finish_reason']}]", file=sys.stderr)
+    emit(res, cfg.json, _print_generated)
     return res
+
+
+def _print_generated(res: dict) -> None:
+    """The text alone on stdout (pipeable); the speed line on stderr."""
+    print(res["text"])
+    tau = f"tau {res['tau']:.2f}, " if res["tau"] else ""
+    print(f"[{res['mode']}: {res['generated_tokens']} tokens, {tau}{res['tokens_per_s']:.1f} tok/s, "
+          f"finish: {res['finish_reason']}]", file=sys.stderr)
 
 
 def run_bench_cmd(cfg: BenchConfig) -> dict:
     from eaglewire.decoding.bench import markdown
 
     res = bench_from_config(cfg)
-    print(json.dumps(res, indent=2) if cfg.json else markdown(res))
+    emit(res, cfg.json, lambda r: print(markdown(r)))
     return res
 
 

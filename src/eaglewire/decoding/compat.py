@@ -10,30 +10,28 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+from eaglewire.drafter.provenance import Provenance
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.points import Point, parse_points
 
 
-def drafter_mismatches(target, drafter, prov: dict) -> tuple[list[str], list[Point] | None]:
+def drafter_mismatches(target, drafter, prov: Provenance) -> tuple[list[str], list[Point] | None]:
     """(human-readable differences, capture points or None when unreadable)."""
-    from eaglewire.target.load import chat_template_hash, fingerprint_mismatch, target_fingerprint
+    from eaglewire.target.fingerprint import TargetFingerprint, chat_template_hash
 
     diffs: list[str] = []
-    fp = prov.get("target_fingerprint")
-    if fp:
-        mine = target_fingerprint(target)
-        bad = fingerprint_mismatch(fp, mine)
-        if bad:
-            diffs.append("target fingerprint differs on " + ", ".join(f"{k} ({fp.get(k)} vs {mine.get(k)})" for k in bad))
-    else:
+    fp = prov.fingerprint
+    if fp.unknown:
         diffs.append("checkpoint has no target fingerprint")
+    elif bad := fp.describe_mismatch(TargetFingerprint.of(target)):
+        diffs.append("target fingerprint differs on " + bad)
     c = drafter.config
     if c.target_hidden_size != target.hidden_size:
         diffs.append(f"hidden size: drafter expects {c.target_hidden_size}, target has {target.hidden_size}")
     if c.vocab_size != target.vocab_size:
         diffs.append(f"vocab: drafter has {c.vocab_size}, target has {target.vocab_size}")
     points = None
-    names = (prov.get("points") or {}).get("names")
+    names = prov.point_names
     if not names:
         diffs.append("checkpoint names no capture points")
     else:
@@ -43,7 +41,7 @@ def drafter_mismatches(target, drafter, prov: dict) -> tuple[list[str], list[Poi
             diffs.append(f"capture points {names}: {e}")
         if points is not None and len(points) != c.num_aux:
             diffs.append(f"capture points: {len(points)} named, drafter fc takes {c.num_aux}")
-    sha = prov.get("chat_template_sha")
+    sha = prov.chat_template_sha
     if sha and sha != chat_template_hash(target.tokenizer):
         diffs.append("chat template differs from the one the training data was rendered with")
     return diffs, points

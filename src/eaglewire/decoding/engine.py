@@ -35,12 +35,10 @@ import torch
 
 from eaglewire.decoding.draft import DraftRunner
 from eaglewire.decoding.metrics import Metrics, StepRecord
+from eaglewire.decoding.shapes import DEFAULTS, MIN_PROB
 from eaglewire.decoding.target_runner import TargetRunner
 from eaglewire.decoding.verify import sample, walk_greedy, walk_sample, warp
 from eaglewire.infra.errors import EaglewireError
-
-DEFAULTS = {"chain_depth": 4, "top_k": 3, "tree_depth": 2, "total_tokens": 7}
-MIN_PROB = {"cpu": 0.1, "cuda": 0.0}  # --min-prob by device type (auto): where a wide verify costs a decode step, keep all
 
 
 def default_min_prob(device) -> float:

@@ -22,15 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from eaglewire.target.capture import capturing
+from eaglewire.target.capture import capturing, decoder_stack
 from eaglewire.target.fastlinear import FastLinear, packed_linears
 from eaglewire.target.kvcache import growing_cache, keep_rows, window_masks
 from eaglewire.target.points import Point
-
-
-def base_model(model):
-    """The decoder stack without the lm_head (``model.model`` for *ForCausalLM)."""
-    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
 
 
 class TargetRunner:
@@ -39,7 +34,7 @@ class TargetRunner:
     def __init__(self, target, points: list[Point] | None = None, fast: bool = True):
         self.target = target
         self.model = target.model
-        self.base = base_model(self.model)
+        self.base = decoder_stack(self.model)
         self.points = list(points or [])
         self.fast = fast
         head = self.model.get_output_embeddings()

@@ -48,9 +48,12 @@ def _img(path: Path | None) -> str:
 
 
 def _export_cmds(run: Path) -> list[tuple[str, str]]:
-    prov = json.loads((run / "train" / "drafter" / "eaglewire.json").read_text())
-    pts = prov["points"]
+    from eaglewire.drafter.checkpoint import read_provenance
+    from eaglewire.target.points import id_lists
+
     ck = run / "train" / "drafter"
+    prov = read_provenance(ck)
+    pts = id_lists(prov.points, prov.num_layers)
     return [
         ("Capture points (physical)", ", ".join(pts["names"])),
         ("SGLang ids (eagle_config.eagle_aux_hidden_state_layer_ids)", str(pts["sglang"])),

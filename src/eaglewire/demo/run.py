@@ -14,8 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.options import build_command, opt, save_config
+from eaglewire.infra.output import emit, json_flag
 
 PRESETS = {
     # ~15 minutes on the 2-core CPU machine: a small run, labelled as such in the report.
@@ -36,7 +38,7 @@ class DemoConfig:
     run_dir: Path | None = opt(None, "run directory (default: runs/demo-<preset>)")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
     seed: int = opt(0, "seed for every stage")
-    json: bool = opt(False, "print the summary as JSON")
+    json: bool = json_flag("print the summary as JSON")
 
 
 def _stage(run: Path, name: str, fn, log: dict):
@@ -50,7 +52,7 @@ def _stage(run: Path, name: str, fn, log: dict):
     res = fn()
     res = {"seconds": round(time.perf_counter() - t0, 1), **(res or {})}
     marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(res, indent=2, default=str))
+    write_json_atomic(marker, res)  # a torn marker would stop every later resume
     log[name] = res
     return res
 
@@ -66,7 +68,8 @@ def _data(cfg: DemoConfig, p: dict, run: Path) -> dict:
 
 
 def _train(cfg: DemoConfig, p: dict, run: Path) -> dict:
-    from eaglewire.training.loop import TrainConfig, run_train
+    from eaglewire.training.cli import TrainConfig
+    from eaglewire.training.loop import run_train
 
     out = run / "train"
     return run_train(TrainConfig(data=run / "data", out=out, epochs=p["train_epochs"], batch_size=p["batch_size"],
@@ -81,8 +84,10 @@ def _doctor(cfg: DemoConfig, run: Path) -> dict:
     from eaglewire.doctor.drafter import doctor_drafter
     from eaglewire.doctor.engine_config import doctor_config
     from eaglewire.drafter.checkpoint import load_checkpoint
-    from eaglewire.export.exporter import ExportConfig, run_export
-    from eaglewire.target.load import chat_template_hash, load_target
+    from eaglewire.export.exporter import run_export
+    from eaglewire.export.options import ExportConfig
+    from eaglewire.target.fingerprint import chat_template_hash
+    from eaglewire.target.load import load_target
 
     t = load_target(cfg.target)
     ck = run / "train" / "drafter"
@@ -93,8 +98,9 @@ def _doctor(cfg: DemoConfig, run: Path) -> dict:
     for fmt in ("sglang", "vllm"):  # what a user deploys: the exports, checked against the training config
         out = run / "export" / fmt
         run_export(ExportConfig(ckpt=ck, format=fmt, out=out, force=out.exists()))
-        reps.append(doctor_config(out, fmt, t.num_layers, prov["points"]["names"], prov["chat_template_sha"],
-                                  chat_template_hash(t.tokenizer), trained_model_config(ck), arch))
+        # the training config as `doctor config EXPORT` finds it: in the export's own record
+        reps.append(doctor_config(out, fmt, t.num_layers, prov.point_names, prov.chat_template_sha,
+                                  chat_template_hash(t.tokenizer), trained_model_config(out), arch))
     return {"reports": [r.to_dict() for r in reps]}
 
 
@@ -134,19 +140,19 @@ def summary(log: dict) -> dict:
             "doctor_ok": all(r["ok"] for r in log.get("doctor", {}).get("reports", []))}
 
 
+def _print_summary(res: dict) -> None:
+    s = res["summary"]
+    print("\n method            tok/s  vs generate  vs plain   tau")
+    for name, m in s["methods"].items():
+        tau = f"{m['tau']:.2f}" if m.get("tau") else "-"
+        vp = f"{m['speedup_vs_plain']:.2f}x" if m.get("speedup_vs_plain") else "-"
+        print(f" {name:<16}{m['tokens_per_s']:>7.1f}{m['speedup']:>12.2f}x{vp:>10}{tau:>6}")
+    print(f"\n doctor: {'all checks pass' if s['doctor_ok'] else 'PROBLEMS (see report)'}")
+    print(f" report: {res['report_html']}\n         {res['report_md']}")
+
+
 def register(app) -> None:
     def run(cfg: DemoConfig) -> None:
-        res = run_demo(cfg)
-        if cfg.json:
-            print(json.dumps(res, indent=2, default=str))
-            return
-        s = res["summary"]
-        print("\n method            tok/s  vs generate  vs plain   tau")
-        for name, m in s["methods"].items():
-            tau = f"{m['tau']:.2f}" if m.get("tau") else "-"
-            vp = f"{m['speedup_vs_plain']:.2f}x" if m.get("speedup_vs_plain") else "-"
-            print(f" {name:<16}{m['tokens_per_s']:>7.1f}{m['speedup']:>12.2f}x{vp:>10}{tau:>6}")
-        print(f"\n doctor: {'all checks pass' if s['doctor_ok'] else 'PROBLEMS (see report)'}")
-        print(f" report: {res['report_html']}\n         {res['report_md']}")
+        emit(run_demo(cfg), cfg.json, _print_summary)
 
     build_command(app, "demo", DemoConfig, run, "Run the whole pipeline on the default target and write report.html/report.md.")

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from eaglewire.infra.options import build_command, opt
+from eaglewire.infra.output import json_flag
 
 
 @dataclass
@@ -16,7 +17,7 @@ class DoctorDatasetConfig:
     target: str = opt("", "target to recompute features with; default: the one in the manifest")
     samples: int = opt(4, "samples to check")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
-    json: bool = opt(False, "print JSON")
+    json: bool = json_flag()
 
 
 @dataclass
@@ -26,7 +27,7 @@ class DoctorDrafterConfig:
     target: str = opt("", "target (for its lm_head); default: the drafter's provenance")
     samples: int = opt(64, "samples to evaluate (from the held-out split when --data is the training dataset)")
     depth: int = opt(4, "chain depth for the offline tau (the serving chain default)")
-    json: bool = opt(False, "print JSON")
+    json: bool = json_flag()
 
 
 @dataclass
@@ -39,7 +40,7 @@ class DoctorEngineConfig:
     trained_on: Path | None = opt(None, "eaglewire checkpoint the drafter came from (default: eaglewire.json in the dir)")
     target: str = opt("", "serving target (gives L and the serving chat template)")
     num_layers: int = opt(0, "target layers, when --target is not given")
-    json: bool = opt(False, "print JSON")
+    json: bool = json_flag()
 
 
 @dataclass
@@ -51,17 +52,17 @@ class DoctorOnlineConfig:
     engine: str = opt("vllm", "meaning of --serve-ids: hf, sglang, specforge, vllm, speculators (optionally ==VERSION)")
     samples: int = opt(4, "dataset samples to decode")
     max_new_tokens: int = opt(48, "tokens to decode per sample")
-    json: bool = opt(False, "print JSON")
+    json: bool = json_flag()
 
 
 def run_dataset(cfg: DoctorDatasetConfig) -> None:
-    from eaglewire.data.manifest import read_manifest
+    from eaglewire.data.manifest import Manifest
     from eaglewire.doctor.dataset import doctor_dataset
     from eaglewire.infra.device import resolve_device
-    from eaglewire.target.load import load_target, recorded_source
+    from eaglewire.target.load import load_target
 
-    man = read_manifest(cfg.data)
-    t = load_target(cfg.target or recorded_source(man["target"]), device=resolve_device(cfg.device))
+    man = Manifest.load(cfg.data)
+    t = load_target(_target_source(cfg.target, man.target.source, cfg.data), device=resolve_device(cfg.device))
     rep = doctor_dataset(cfg.data, t, cfg.samples)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
@@ -70,77 +71,102 @@ def run_dataset(cfg: DoctorDatasetConfig) -> None:
 def run_drafter(cfg: DoctorDrafterConfig) -> None:
     from eaglewire.doctor.drafter import doctor_drafter
     from eaglewire.drafter.checkpoint import load_checkpoint, resolve_dir
-    from eaglewire.target.load import load_target, recorded_source
+    from eaglewire.target.load import load_target
 
     model, prov = load_checkpoint(resolve_dir(cfg.ckpt))
-    t = load_target(cfg.target or recorded_source(prov["target"]))
+    t = load_target(_target_source(cfg.target, prov.target.source, cfg.ckpt))
     head_w = t.model.get_output_embeddings().weight.detach().float()
     rep = doctor_drafter(model, prov, cfg.data, head_w, cfg.samples, cfg.depth)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 
 
+def _target_source(given: str, recorded: str | None, artifact: Path) -> str:
+    """--target, else the target the artifact records; never a silent default for a foreign one."""
+    from eaglewire.infra.errors import EaglewireError
+
+    if not (given or recorded):
+        raise EaglewireError(f"{artifact}: records no target (made elsewhere): pass --target")
+    return given or recorded
+
+
 def run_config(cfg: DoctorEngineConfig) -> None:
     from eaglewire.doctor.engine_config import doctor_config
-    from eaglewire.drafter.checkpoint import read_provenance, resolve_dir
-    from eaglewire.target.load import chat_template_hash, load_target
+    from eaglewire.drafter.checkpoint import resolve_dir
+    from eaglewire.target.fingerprint import chat_template_hash
+    from eaglewire.target.load import load_target
 
-    prov = {}
     src = resolve_dir(cfg.trained_on) if cfg.trained_on else cfg.drafter_dir
-    if (src / "eaglewire.json").is_file():
-        prov = read_provenance(src)
-    elif (src / "eaglewire.export.json").is_file():  # an `eaglewire export` directory records its points
-        import json
-
-        exp = json.loads((src / "eaglewire.export.json").read_text())
-        prov = {"points": {"names": exp.get("points")}, "target_num_layers": exp.get("target_num_layers"),
-                "target_fingerprint": exp.get("target_fingerprint")}
-    L = cfg.num_layers or prov.get("target_num_layers")
-    fp = prov.get("target_fingerprint")
-    arch = cfg.arch or (fp.get("model_type") if isinstance(fp, dict) else None)
+    names, L, model_type, trained_sha = trained_wiring(src)
+    L = cfg.num_layers or L
+    arch = cfg.arch or model_type
     serving_sha = None
     if cfg.target:
         t = load_target(cfg.target)
         L, serving_sha = t.num_layers, chat_template_hash(t.tokenizer)
         arch = cfg.arch or (t.config.architectures or [t.config.model_type])[0]
-    rep = doctor_config(cfg.drafter_dir, cfg.engine, L, (prov.get("points") or {}).get("names"),
-                        prov.get("chat_template_sha"), serving_sha, trained_model_config(src), arch)
+    rep = doctor_config(cfg.drafter_dir, cfg.engine, L, names, trained_sha, serving_sha, trained_model_config(src), arch)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 
 
+def trained_wiring(src: Path) -> tuple[list[str] | None, int | None, str | None, str | None]:
+    """(capture point names, target layers, target model_type, chat template hash) the drafter was
+    trained with: from a checkpoint's provenance, or from the record an `eaglewire export` writes."""
+    import json
+
+    from eaglewire.drafter.checkpoint import read_provenance
+    from eaglewire.drafter.provenance import FILE as PROVENANCE
+    from eaglewire.export.exporter import RECORD
+    from eaglewire.target.fingerprint import TargetFingerprint
+
+    if (src / PROVENANCE).is_file():
+        p = read_provenance(src)
+        return p.point_names, p.num_layers, p.fingerprint.model_type, p.chat_template_sha
+    if (src / RECORD).is_file():
+        exp = json.loads((src / RECORD).read_text())
+        fp = TargetFingerprint.from_json(exp.get("target_fingerprint"), f"{src / RECORD}: target_fingerprint")
+        return exp.get("points"), exp.get("target_num_layers"), fp.model_type, exp.get("chat_template_sha")
+    return None, None, None, None
+
+
 def trained_model_config(src: Path) -> dict | None:
-    """The draft layer's config at training time: in an eaglewire checkpoint, or in the one an export came from."""
+    """The draft layer's config at training time: in an eaglewire checkpoint, or recorded by the export.
+
+    An export records it itself (older exports only name their source checkpoint, which may
+    have moved): without it the rope/eps/norm rows cannot be checked at all.
+    """
     import json
 
     from eaglewire.drafter.checkpoint import resolve_dir
+    from eaglewire.export.formats import DRAFTER_KEY
     from eaglewire.infra.errors import EaglewireError
 
-    candidates = [src]
-    record = src / "eaglewire.export.json"
-    if record.is_file():
+    candidates = [src / "eaglewire.export.json", src / "config.json"]
+    try:
+        source = json.loads(candidates[0].read_text()).get("source")
+        if source:
+            candidates.append(resolve_dir(Path(source)) / "config.json")
+    except (EaglewireError, ValueError, OSError, AttributeError):
+        pass  # no record, or the checkpoint it came from is gone: only what the export recorded is known
+    for p in candidates:
         try:
-            candidates.append(resolve_dir(Path(json.loads(record.read_text()).get("source") or "")))
-        except (EaglewireError, ValueError, OSError):
-            pass  # the checkpoint it came from is gone: only what the export recorded is known
-    for d in candidates:
-        try:
-            raw = json.loads((d / "config.json").read_text())
+            raw = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(raw, dict) and isinstance(raw.get("eaglewire_drafter_config"), dict):
-            return raw["eaglewire_drafter_config"]
+        if isinstance(raw, dict) and isinstance(raw.get(DRAFTER_KEY), dict):
+            return raw[DRAFTER_KEY]
     return None
 
 
 def run_online(cfg: DoctorOnlineConfig) -> None:
     from eaglewire.doctor.inference import doctor_online
     from eaglewire.drafter.checkpoint import load_checkpoint, resolve_dir
-    from eaglewire.target.load import load_target, recorded_source
+    from eaglewire.target.load import load_target
     from eaglewire.target.points import points_from_ids
 
     model, prov = load_checkpoint(resolve_dir(cfg.drafter))
-    t = load_target(cfg.target or recorded_source(prov["target"]))
+    t = load_target(_target_source(cfg.target, prov.target.source, cfg.drafter))
     arch = (t.config.architectures or [t.config.model_type])[0]
     serve = points_from_ids(cfg.serve_ids, cfg.engine, t.num_layers, arch) if cfg.serve_ids else None
     rep = doctor_online(t, model, prov, cfg.data, serve, cfg.samples, cfg.max_new_tokens)

@@ -15,11 +15,12 @@ from pathlib import Path
 import torch
 
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.data.manifest import read_manifest, shard_problem
+from eaglewire.data.manifest import Manifest, shard_problem
 from eaglewire.doctor.verdict import Report
+from eaglewire.infra.device import dtype_name
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.capture import capture
-from eaglewire.target.load import fingerprint_mismatch, target_fingerprint
+from eaglewire.target.fingerprint import TargetFingerprint
 from eaglewire.target.points import EMBED, FINAL_NORM, Point, id_lists, layer_out
 
 # Unit roundoff u = 2^-p of each storage dtype (p = significand bits incl. the implicit one).
@@ -31,7 +32,6 @@ ROUNDING_FACTOR = 4
 # target's middle layers differ by only ~0.02 (massive activations dominate the norm), so for half-precision
 # data the argmin and the reported runner-up margin identify the slot, and the tolerance rejects foreign data.
 MATCH_REL_ERR = ROUNDING_FACTOR * UNIT_ROUNDOFF["bf16"] + COMPUTE_ALLOWANCE["bf16"]
-_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def match_tolerance(store_dtype: str, compute_dtype: str) -> float:
@@ -57,7 +57,7 @@ def _representable(x: torch.Tensor, dtype: torch.dtype) -> bool:
     return bool((x.to(dtype).float() == x).all())
 
 
-def forward_precision(man: dict, ds: FeatureDataset, num_samples: int) -> tuple[str, str, str]:
+def forward_precision(man: Manifest, ds: FeatureDataset, num_samples: int) -> tuple[str, str, str]:
     """(stored dtype, dtype of the forward that produced the features, how that is known).
 
     The manifest may record the forward's dtype; otherwise the stored values tell
@@ -66,10 +66,10 @@ def forward_precision(man: dict, ds: FeatureDataset, num_samples: int) -> tuple[
     rounded them all to bf16 anyway.
     """
     feats = [ds[i]["features"] for i in range(min(num_samples, len(ds)))]
-    store = _NAMES.get(feats[0].dtype)
+    store = dtype_name(feats[0].dtype)
     if store is None:
         raise EaglewireError(f"{ds.root}: features stored as {feats[0].dtype}, expected fp32, bf16 or fp16")
-    recorded = man.get("forward_dtype")
+    recorded = man.forward_dtype
     if recorded in COMPUTE_ALLOWANCE:
         return store, recorded, "recorded in the manifest"
     if store == "bf16":
@@ -83,7 +83,7 @@ def forward_precision(man: dict, ds: FeatureDataset, num_samples: int) -> tuple[
     return store, "fp32", "stored values are not half-precision numbers: an fp32 forward"
 
 
-def dataset_tolerance(man: dict, ds: FeatureDataset, num_samples: int, also: str | None = None) -> dict:
+def dataset_tolerance(man: Manifest, ds: FeatureDataset, num_samples: int, also: str | None = None) -> dict:
     """The tolerance for this dataset; `also` adds another forward's dtype (doctor online's serving target)."""
     store, compute, how = forward_precision(man, ds, num_samples)
     if also in COMPUTE_ALLOWANCE and COMPUTE_ALLOWANCE[also] > COMPUTE_ALLOWANCE[compute]:
@@ -130,14 +130,13 @@ def identify_slots(target, ds: FeatureDataset, num_samples: int = 4,
 
 def doctor_dataset(data_dir, target, num_samples: int = 4) -> Report:
     rep = Report("dataset")
-    man = read_manifest(data_dir)
+    man = Manifest.load(data_dir)
     L = target.num_layers
-    fp = man["target"].get("fingerprint") or {}
-    diff = [] if fp.get("unknown") else fingerprint_mismatch(fp, target_fingerprint(target))
+    diff = man.target.fingerprint.mismatch(TargetFingerprint.of(target))
     rep.add("target", not diff, "dataset made from this target" if not diff else f"fingerprint differs in {', '.join(diff)}",
             "pass the target the dataset was made from (--target); if it is that target, the manifest was edited")
-    bad = [(e["file"], why) for e in man["shards"] if (why := shard_problem(Path(data_dir), e))]
-    rep.add("shards", not bad, f"{len(man['shards'])} shards match their manifest checksums" if not bad else
+    bad = [(e["file"], why) for e in man.shards if (why := shard_problem(Path(data_dir), e))]
+    rep.add("shards", not bad, f"{len(man.shards)} shards match their manifest checksums" if not bad else
             "; ".join(f"{f}: {why}" for f, why in bad),
             f"run `eaglewire data extract {data_dir} --resume` (bad or missing shards are re-extracted)")
     if bad:  # features from corrupt shards would be misread as a wiring problem
@@ -145,7 +144,7 @@ def doctor_dataset(data_dir, target, num_samples: int = 4) -> Report:
     ds = FeatureDataset(data_dir, verify=False)
     tol = dataset_tolerance(man, ds, num_samples)
     slots, th = identify_slots(target, ds, num_samples, tol["tolerance"])
-    labels = man["points"].get("names") or [None] * len(slots)
+    labels = man.point_names
     found = []
     for s, label in zip(slots, labels):
         found.append(s["point"])
@@ -168,5 +167,5 @@ def doctor_dataset(data_dir, target, num_samples: int = 4) -> Report:
     ident = [p for p in found if p is not None]
     if len(ident) == len(found):
         rep.data["identified"] = id_lists([Point.parse(p) for p in ident], L)
-    rep.data.update(slots=slots, target_hidden=th, tolerance=tol, manifest_points=man["points"], num_samples=min(num_samples, len(ds)))
+    rep.data.update(slots=slots, target_hidden=th, tolerance=tol, manifest_points=man.to_json()["points"], num_samples=min(num_samples, len(ds)))
     return rep

@@ -18,6 +18,7 @@ import torch
 
 from eaglewire.data.dataset import FeatureDataset, collate
 from eaglewire.doctor.verdict import Report
+from eaglewire.drafter.provenance import Provenance
 from eaglewire.drafter.ttt import _shift_left, target_full_argmax, ttt_attention_mask
 
 
@@ -70,12 +71,12 @@ def chain_stats(model, ds, head_w, num_samples: int, depth: int, d2t_mode: str =
             "samples": len(idx)}
 
 
-def heldout_indices(prov: dict, data_dir, ds) -> tuple[list[int], str, bool]:
+def heldout_indices(prov: Provenance, data_dir, ds) -> tuple[list[int], str, bool]:
     """Samples to evaluate, a sentence saying which split that is, and whether the drafter never trained on them."""
     from eaglewire.data.manifest import manifest_hash
 
-    split = prov.get("split") or {}
-    trained_sha = split.get("dataset_manifest_sha") or (prov.get("dataset") or {}).get("manifest_sha")
+    split = prov.split or {}
+    trained_sha = prov.manifest_sha
     if trained_sha is None or trained_sha != manifest_hash(data_dir):
         return list(range(len(ds))), "all samples (a dataset other than the training one)", True
     if split.get("val_indices") and split.get("num_samples") == len(ds):
@@ -83,12 +84,11 @@ def heldout_indices(prov: dict, data_dir, ds) -> tuple[list[int], str, bool]:
     return list(range(len(ds))), "TRAINING samples (the run records no held-out split): expect an optimistic tau", False
 
 
-def doctor_drafter(model, prov: dict, data_dir, head_w: torch.Tensor, num_samples: int = 64, depth: int = 4) -> Report:
+def doctor_drafter(model, prov: Provenance, data_dir, head_w: torch.Tensor, num_samples: int = 64, depth: int = 4) -> Report:
     rep = Report("drafter")
     ds = FeatureDataset(data_dir, verify=False)
-    man = ds.manifest
-    trained = prov.get("points", {}).get("names")
-    stored = man["points"].get("names")
+    trained = prov.point_names
+    stored = ds.manifest.point_names if ds.manifest.points is not None else None
     same = trained == stored
     rep.add("points", same or not trained or not stored,
             f"drafter trained on {trained}, dataset holds {stored}",

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from eaglewire.doctor.verdict import Report
+from eaglewire.export.formats import NOT_SERVABLE_KEY
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.points import Engine, Point, default_points, fed_points, ids_for_points
 from eaglewire.target.points import id_meanings as points_id_meanings
@@ -156,10 +157,19 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def _serving_value(layer: dict, key: str):
+def _serving_value(cfg: dict, key: str) -> tuple[object, bool]:
+    """(value the engine uses, whether config.json states it).
+
+    speculators nests the layer's config, but vLLM's update_eagle3 reads norm_before_residual
+    from the top level, and reads an absent one as True (unlike a plain EAGLE-3 config).
+    """
+    if key == "norm_before_residual" and isinstance(cfg.get("transformer_layer_config"), dict):
+        return cfg.get(key, True), key in cfg
+    layer = cfg.get("transformer_layer_config") or cfg
     if key == "rope_theta" and key not in layer and isinstance(layer.get("rope_parameters"), dict):
-        return layer["rope_parameters"].get("rope_theta", NUMERIC_FIELDS[key])  # transformers 5 layout
-    return layer.get(key, NUMERIC_FIELDS[key])
+        params = layer["rope_parameters"]  # transformers 5 layout
+        return params.get("rope_theta", NUMERIC_FIELDS[key]), "rope_theta" in params
+    return layer.get(key, NUMERIC_FIELDS[key]), key in layer
 
 
 def check_numerics(cfg: dict, trained_cfg: dict | None, rep: Report) -> None:
@@ -175,9 +185,9 @@ def check_numerics(cfg: dict, trained_cfg: dict | None, rep: Report) -> None:
     layer = cfg.get("transformer_layer_config") or cfg  # speculators nests the layer's config
     bad: dict[str, str] = {}
     for key, default in NUMERIC_FIELDS.items():
-        want, got = trained_cfg.get(key, default), _serving_value(layer, key)
+        want, (got, stated) = trained_cfg.get(key, default), _serving_value(cfg, key)
         if not _same(got, want):
-            absent = "" if key in layer else " (absent: the engine default)"
+            absent = "" if stated else " (absent: the engine default)"
             bad[key] = f"{key} is {got!r}{absent}, trained with {want!r}"
     rep.add("rope / norm", not bad, "; ".join(bad.values()) or "rope_theta, rope_scaling, rms_norm_eps, hidden_act "
             "and norm_before_residual match training", "set " + ", ".join(
@@ -248,6 +258,24 @@ def _check_other_versions(rep: Report, cfg: dict, p: Path, engine: Engine, L: in
             f"name the version you serve with: --engine {engine.name}==VERSION", level="warning")
 
 
+def _not_servable(rep: Report, cfg: dict, d: Path, engine: Engine) -> bool:
+    """An eaglewire checkpoint that claims no engine layout (its config.json says why): nothing else to read.
+
+    Its config deliberately lacks architectures and ids, so the id and size rows would only
+    report those absences; the one actionable answer is the export, which writes the engine's
+    layout or says why the drafter cannot be expressed in it.
+    """
+    reasons = cfg.get(NOT_SERVABLE_KEY)
+    if reasons is None:
+        return False
+    why = "; ".join(r for rs in (reasons.values() if isinstance(reasons, dict) else []) for r in rs)
+    rep.add("servable", False, f"an eaglewire checkpoint no engine can serve as is ({why or 'reasons not recorded'}): "
+            f"{engine.label()} would refuse to load it", f"`eaglewire export {d} --format FMT --out DIR` writes a format's "
+            "layout or names what it cannot express (speculators expresses fc_norm, norm_before_residual and any slot "
+            "count); else retrain without the options named")
+    return True
+
+
 def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[str] | None, trained_sha: str | None,
                   serving_sha: str | None, trained_cfg: dict | None = None, arch: str | None = None) -> Report:
     rep = Report("config")
@@ -257,6 +285,8 @@ def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[st
         raise EaglewireError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)} (optionally ==VERSION)")
     if L is None:
         raise EaglewireError("the target's number of layers is unknown: pass --target or --num-layers")
+    if _not_servable(rep, cfg, Path(d), eng):
+        return rep
     e3, why = _is_eagle3(cfg, eng.name)
     rep.add("eagle3 head", e3, why, 'serve as EAGLE-3 (architectures ["LlamaForCausalLMEagle3"] / --speculative-algorithm EAGLE3); '
             "as EAGLE-1 the fc over the 3 target features is skipped and tau falls to ~1")

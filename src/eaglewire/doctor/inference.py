@@ -16,9 +16,11 @@ from pathlib import Path
 import torch
 
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.doctor.dataset import _NAMES, MATCH_REL_ERR, all_points, dataset_tolerance
+from eaglewire.doctor.dataset import MATCH_REL_ERR, all_points, dataset_tolerance
 from eaglewire.doctor.drafter import chain_stats
 from eaglewire.doctor.verdict import Report
+from eaglewire.drafter.provenance import Provenance
+from eaglewire.infra.device import dtype_name
 from eaglewire.target.capture import capture
 from eaglewire.target.points import parse_points
 
@@ -68,15 +70,15 @@ def compare_sample(engine, target, item: dict, max_new_tokens: int, mode: str):
     return res, slots, got, ids[:n]
 
 
-def doctor_online(target, drafter, prov: dict, data_dir: Path, serve_points=None, num_samples: int = 4,
+def doctor_online(target, drafter, prov: Provenance, data_dir: Path, serve_points=None, num_samples: int = 4,
                   max_new_tokens: int = 48, depth: int = 4) -> Report:
     from eaglewire.decoding.engine import SpecEngine
 
     rep = Report("online")
     ds = FeatureDataset(data_dir, verify=False)
     # the engine's forward runs in the target's dtype: its allowance joins the dataset's
-    tol = dataset_tolerance(ds.manifest, ds, num_samples, also=_NAMES.get(target.dtype))["tolerance"]
-    trained = parse_points(prov["points"]["names"], target.num_layers)
+    tol = dataset_tolerance(ds.manifest, ds, num_samples, also=dtype_name(target.dtype))["tolerance"]
+    trained = parse_points(prov.point_names or [], target.num_layers)
     served = serve_points or trained
     engine = SpecEngine(target, drafter, points=served)
     total = None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
+
+from eaglewire.infra.output import emit
 
 
 @dataclass
@@ -34,9 +35,9 @@ class Report:
         return {"command": self.command, "ok": not self.failed, "checks": [asdict(c) for c in self.checks], **self.data}
 
     def print(self, as_json: bool) -> None:
-        if as_json:
-            print(json.dumps(self.to_dict(), indent=2, default=str))
-            return
+        emit(self.to_dict(), as_json, lambda _: self._print_table())
+
+    def _print_table(self) -> None:
         print(f"eaglewire doctor {self.command}")
         w = max([len(c.name) for c in self.checks] + [5])
         for c in self.checks:

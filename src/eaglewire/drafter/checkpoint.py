@@ -1,7 +1,12 @@
 """The drafter checkpoint: SGLang/SpecForge layout plus eaglewire provenance.
 
 `config.json` + `model.safetensors` load in SGLang/SpecForge as
-`LlamaForCausalLMEagle3` (`midlayer.*`, d2t/t2d included); `eaglewire.json`
+`LlamaForCausalLMEagle3` (`midlayer.*`, d2t/t2d included) when SGLang can serve
+the drafter as trained: the config is then exactly `eaglewire export --format
+sglang`'s (written by export.formats, the one writer of engine configs), plus
+the drafter's own config. Otherwise config.json claims no engine and lists
+why (`not_servable_as_is`), so SGLang refuses it rather than serving it with
+the wrong features; `eaglewire export` says which format can. `eaglewire.json`
 carries what those formats cannot: the capture points by physical name, the
 target fingerprint, the dataset manifest hash, the chat-template hash, the
 resolved training config and the final validation metrics. Loading is strict:
@@ -19,44 +24,25 @@ from safetensors.torch import save_file
 
 from eaglewire.drafter.config import DrafterConfig
 from eaglewire.drafter.model import Eagle3Drafter
+from eaglewire.drafter.provenance import Provenance
+from eaglewire.export.formats import DRAFTER_KEY, checkpoint_config
 from eaglewire.infra.atomic import atomic_dir
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.points import id_lists, parse_points
 
-PROVENANCE = "eaglewire.json"
 WEIGHTS = "model.safetensors"
 
 
-def hf_config(cfg: DrafterConfig, sglang_ids: list[int | None]) -> dict:
-    """config.json in the LlamaForCausalLMEagle3 shape SGLang and SpecForge read."""
-    d = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-        "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
-        "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
-        "head_dim": cfg.head_dim, "num_hidden_layers": cfg.num_layers, "rms_norm_eps": cfg.rms_norm_eps,
-        "rope_theta": cfg.rope_theta, "max_position_embeddings": cfg.max_position_embeddings,
-        "vocab_size": cfg.vocab_size, "draft_vocab_size": cfg.draft_vocab_size,
-        "target_hidden_size": cfg.target_hidden_size, "tie_word_embeddings": cfg.tie_word_embeddings,
-        "hidden_act": "silu", "torch_dtype": "float32", "norm_before_residual": cfg.norm_before_residual,
-        "eagle_config": {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": sglang_ids},
-        "eaglewire_drafter_config": cfg.to_dict(),
-    }
-    if cfg.rope_scaling:
-        d["rope_scaling"] = cfg.rope_scaling
-    return d
-
-
-def save_checkpoint(out: Path, model: Eagle3Drafter, points: list[str], num_layers: int, provenance: dict) -> Path:
+def save_checkpoint(out: Path, model: Eagle3Drafter, prov: Provenance) -> Path:
     """Write atomically: a temp dir renamed into place, so a crash never leaves half a checkpoint."""
-    pts = parse_points(points, num_layers)
-    ids = id_lists(pts, num_layers)
+    if prov.points is None or prov.num_layers is None:
+        raise EaglewireError(f"{out}: a checkpoint needs its capture points and the target's layer count")
     out = Path(out)
     with atomic_dir(out) as tmp:
         sd = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         save_file(sd, str(tmp / WEIGHTS), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(hf_config(model.config, ids["sglang"]), indent=2))
-        prov = {"format": "eaglewire-drafter", "version": 1, "points": ids, "target_num_layers": num_layers, **provenance}
-        (tmp / PROVENANCE).write_text(json.dumps(prov, indent=2, default=str))
+        config = checkpoint_config(model.config, prov.points, prov.num_layers, prov.fingerprint.model_type)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        prov.save(tmp)
     return out
 
 
@@ -66,12 +52,8 @@ def resolve_dir(d: Path) -> Path:
     return d / "drafter" if not (d / "config.json").is_file() and (d / "drafter" / "config.json").is_file() else d
 
 
-def read_provenance(d: Path) -> dict:
-    d = resolve_dir(d)
-    p = Path(d) / PROVENANCE
-    if not p.is_file():
-        raise EaglewireError(f"{d}: no {PROVENANCE} (not an eaglewire checkpoint; use `eaglewire import`)")
-    return json.loads(p.read_text())
+def read_provenance(d: Path) -> Provenance:
+    return Provenance.load(resolve_dir(d))
 
 
 def load_state(path: Path) -> dict[str, torch.Tensor]:
@@ -91,12 +73,12 @@ def load_checkpoint(d: Path, device: torch.device | str = "cpu", dtype: torch.dt
     if not cfg_path.is_file():
         raise EaglewireError(f"{d}: no config.json (not a drafter checkpoint)")
     raw = json.loads(cfg_path.read_text())
-    if "eaglewire_drafter_config" not in raw:
+    if not isinstance(raw, dict) or DRAFTER_KEY not in raw:
         raise EaglewireError(f"{cfg_path}: not written by eaglewire (convert it with `eaglewire import`)")
     try:
-        cfg = DrafterConfig.from_dict(raw["eaglewire_drafter_config"])
+        cfg = DrafterConfig.from_dict(raw[DRAFTER_KEY])
     except (ValueError, TypeError) as e:
-        raise EaglewireError(f"{cfg_path}: eaglewire_drafter_config: {e}") from e
+        raise EaglewireError(f"{cfg_path}: {DRAFTER_KEY}: {e}") from e
     prov = read_provenance(d)
     model = Eagle3Drafter(cfg)
     sd = load_state(d / WEIGHTS)

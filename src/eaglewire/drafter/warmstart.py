@@ -5,7 +5,7 @@ Most of its parameters (the draft head, the final norm, a decoder layer) have
 a pretrained counterpart in the target, and starting from those saves the
 steps a random init spends rediscovering them.
 
-Levels (``init``):
+Levels (``train --init``, whose choices `eaglewire.training.cli.INITS` lists):
 
 * ``random``: the official layout, nothing copied (only the frozen embedding).
 * ``head``: lm_head rows of the draft vocab and the final norm from the target.
@@ -24,9 +24,8 @@ from __future__ import annotations
 import torch
 
 from eaglewire.drafter.model import Eagle3Drafter
+from eaglewire.target.capture import decoder_stack
 from eaglewire.target.points import Point
-
-INITS = ("random", "head", "target")
 
 
 def deepest_layer_slot(points: list[str]) -> int:
@@ -57,7 +56,7 @@ def init_from_target_layer(model: Eagle3Drafter, target_model, points: list[str]
     the slot arrives normalised, and the fc selection restores its scale so
     the residual stream has the magnitude the copied layer expects.
     """
-    layers = target_model.base_model.layers
+    layers = decoder_stack(target_model).layers
     slot = deepest_layer_slot(points)
     src_idx = Point.parse(points[slot]).layer + 1
     if src_idx >= len(layers):

@@ -6,31 +6,32 @@ into the JSON result and to stderr, so neither a script nor a person misses them
 
 from __future__ import annotations
 
-import json
 import sys
+
+from eaglewire.infra.output import emit
 
 
 def _print(res: dict, as_json: bool, line: str) -> None:
     for w in res.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
-    if as_json:
-        print(json.dumps(res, indent=2, default=str))
-    else:
-        print(line)
+    emit(res, as_json, lambda _: print(line))
 
 
 def register(app) -> None:
-    from eaglewire.export.exporter import ExportConfig, run_export
-    from eaglewire.export.importer import ImportConfig, run_import
+    from eaglewire.export.options import ExportConfig, ImportConfig
     from eaglewire.infra.options import build_command
 
     def export(cfg: ExportConfig) -> None:
+        from eaglewire.export.exporter import run_export
+
         r = run_export(cfg)
         ids = "no ids (hard-coded)" if r["ids"] is None else f"ids {r['ids']} in {r['ids_key']}"
         _print(r, cfg.json, f"wrote {r['format']} drafter to {r['out']}: points {r['points']} -> {ids}"
                             f" (for {r['engine']})" + "".join(f"\n  assumed: {a}" for a in r["assumed"]))
 
     def imp(cfg: ImportConfig) -> None:
+        from eaglewire.export.importer import run_import
+
         r = run_import(cfg)
         _print(r, cfg.json, f"imported {r['format']} drafter into {r['out']}: points {r['points']}"
                             + "".join(f"\n  assumed: {a}" for a in r["assumed"]))

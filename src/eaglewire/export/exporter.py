@@ -9,45 +9,27 @@ two engines mean different tensors by the same integer.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from safetensors.torch import save_file
 
 from eaglewire.drafter.checkpoint import load_checkpoint
 from eaglewire.export.formats import (
+    DRAFTER_KEY,
     ID_ENGINE,
     ID_KEY,
     build_config,
     canonical,
-    refusals,
+    format_ids,
+    serving_engine,
     to_format_state,
 )
+from eaglewire.export.options import ExportConfig
 from eaglewire.infra.atomic import atomic_dir
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.infra.options import opt
-from eaglewire.target.points import (
-    ENGINE_HELP,
-    Engine,
-    ids_for_points,
-    parse_points,
-    version_differences,
-)
+from eaglewire.target.points import ENGINE_HELP, Engine, version_differences
 
 RECORD = "eaglewire.export.json"
-
-
-@dataclass
-class ExportConfig:
-    ckpt: Path = opt(help="eaglewire drafter checkpoint directory (train's out/drafter)", arg=True)
-    format: str = opt(help="sglang (also SpecForge), vllm, speculators, eagle (official SafeAILab/EAGLE)")
-    out: Path = opt(help="output directory (must not exist unless --force)")
-    engine_version: str = opt("", "version of the engine that will serve it (sglang: ids mean different layers "
-                              "from 0.5.13 on DeepSeek-family targets); default: the newest verified")
-    verifier: str = opt("", "speculators: verifier name_or_path to record (empty = null: speculators then loads nothing else)")
-    speculative_tokens: int = opt(3, "speculators: greedy proposal length recorded in speculators_config")
-    force: bool = opt(False, "replace --out if it exists")
-    json: bool = opt(False, "print JSON")
 
 
 def _verifier(spec: str) -> dict | None:
@@ -72,24 +54,16 @@ def _write_dir(out: Path, force: bool, files: dict) -> None:
                 (tmp / name).write_text(json.dumps(content, indent=2))
 
 
-def serving_engine(fmt: str, version: str, prov: dict) -> Engine:
-    """The engine the ids are written for: the format's, at `version`, on the recorded target's family."""
-    fp = prov.get("target_fingerprint")
-    arch = fp.get("model_type") if isinstance(fp, dict) else None
-    name = ID_ENGINE[fmt]
-    return Engine.parse(f"{name}=={version}" if version else name, arch)
-
-
 def run_export(cfg: ExportConfig) -> dict:
     fmt = canonical(cfg.format)
     model, prov = load_checkpoint(cfg.ckpt)
-    L = int(prov["target_num_layers"])
-    points = parse_points(prov["points"]["names"], L)
-    eng = serving_engine(fmt, cfg.engine_version, prov)
-    why = refusals(fmt, model.config, points, L, eng)
+    L, points = prov.num_layers, prov.points
+    if points is None or L is None:
+        raise EaglewireError(f"{cfg.ckpt}: the provenance names no capture points or layer count")
+    eng = serving_engine(fmt, cfg.engine_version, prov.fingerprint.model_type)
+    ids, why = format_ids(fmt, model.config, points, L, eng)
     if why:
         raise EaglewireError(f"{cfg.ckpt}: cannot export to {fmt} for {eng.label()}: " + "; ".join(why))
-    ids = None if fmt == "eagle" else [int(i) for i in ids_for_points(points, eng, L)]
     warnings: list[str] = []
     if fmt == "sglang":
         w = version_differences(ids, Engine("sglang", None, eng.arch), L)
@@ -102,12 +76,15 @@ def run_export(cfg: ExportConfig) -> dict:
     if fmt == "speculators" and model.config.fc_norm:
         warnings.append("fc_norm is stored as speculators fc_norm.<i>.weight; vLLM's llama_eagle3.py (as read at "
                         "00bd1493) has no fc_norm and would fail on these names: serve this one with speculators-aware vLLM only")
-    if prov.get("target_fingerprint") in (None, "unknown"):
+    if prov.fingerprint.unknown:
         warnings.append("the checkpoint's target is unknown (imported without --target): check the serving target yourself")
     config = build_config(fmt, model.config, ids, _verifier(cfg.verifier), cfg.speculative_tokens)
     tensors = to_format_state(fmt, model.config, model.state_dict())
     record = {"source": str(cfg.ckpt), "format": fmt, "points": [p.name for p in points], "target_num_layers": L,
               "ids": ids, "engine": eng.label(), "assumed": eng.assumptions(), "ids_meaning": ENGINE_HELP[ID_ENGINE[fmt]], "ids_key": ID_KEY[fmt], "warnings": warnings,
-              "target_fingerprint": prov.get("target_fingerprint")}
+              "target_fingerprint": prov.fingerprint.to_json(), "chat_template_sha": prov.chat_template_sha,
+              # the training-time layer config, so `doctor config` on this directory alone can check
+              # rope/eps/norm placement even after the checkpoint is moved or deleted
+              DRAFTER_KEY: model.config.to_dict()}
     _write_dir(cfg.out, cfg.force, {"config.json": config, "model.safetensors": tensors, RECORD: record})
     return {"out": str(cfg.out), **record, "num_tensors": len(tensors)}

@@ -21,6 +21,11 @@ from eaglewire.drafter import DrafterConfig
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.points import Engine, Point, eagle3_default, ids_for_points, order_problem
 
+# Keys of an eaglewire checkpoint's config.json beyond the engine's: the drafter's own config
+# (what load_checkpoint builds the model from) and, when no engine can serve it as is, why not.
+DRAFTER_KEY = "eaglewire_drafter_config"
+NOT_SERVABLE_KEY = "not_servable_as_is"
+
 FORMATS = ("sglang", "vllm", "speculators", "eagle")
 ALIASES = {"specforge": "sglang", "official": "eagle"}
 # Engine meaning of the ids each format stores (points.ENGINES keys).
@@ -81,7 +86,40 @@ def refusals(fmt: str, cfg: DrafterConfig, points: list[Point], num_layers: int,
     return why
 
 
+def serving_engine(fmt: str, version: str, arch: str | None) -> Engine:
+    """The engine the ids are written for: the format's, at `version` (empty: newest verified), on `arch`'s family."""
+    name = ID_ENGINE[fmt]
+    return Engine.parse(f"{name}=={version}" if version else name, arch)
+
+
+def format_ids(fmt: str, cfg: DrafterConfig, points: list[Point], num_layers: int,
+               engine: Engine) -> tuple[list[int] | None, list[str]]:
+    """(ids in `fmt`'s meaning, reasons it cannot be written): one computation for export and checkpoints.
+
+    Ids are None when refused (a None id must never reach a config) and for `eagle`, which stores none.
+    """
+    why = refusals(fmt, cfg, points, num_layers, engine)
+    if why or fmt == "eagle":
+        return None, why
+    return [int(i) for i in ids_for_points(points, engine, num_layers)], why
+
+
 # --- configs -------------------------------------------------------------------
+
+
+def checkpoint_config(cfg: DrafterConfig, points: list[Point], num_layers: int, arch: str | None) -> dict:
+    """A training checkpoint's config.json: exactly `export --format sglang`'s, or no engine claim at all.
+
+    The checkpoint doubles as an SGLang/SpecForge layout, so it must say no more than the
+    export would: when SGLang cannot serve the drafter as trained (fc_norm, norm_before_residual,
+    other than 3 slots, an uncapturable point), it gets neither architectures nor model_type, so
+    an engine refuses to load it instead of serving it with wrong features, and the reasons say why.
+    `arch` is the target's model_type as recorded (SGLang reads ids differently on DeepSeek-family targets).
+    """
+    ids, why = format_ids("sglang", cfg, points, num_layers, serving_engine("sglang", "", arch))
+    if why:
+        return {NOT_SERVABLE_KEY: {"sglang": why}, DRAFTER_KEY: cfg.to_dict()}
+    return {**build_config("sglang", cfg, ids), DRAFTER_KEY: cfg.to_dict()}
 
 
 def _rope(cfg: DrafterConfig) -> dict:

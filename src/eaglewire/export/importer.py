@@ -12,36 +12,30 @@ under `imported.inferred`. Unknown tensors are an error, never dropped.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.checkpoint import check_state, save_checkpoint
-from eaglewire.export.formats import ID_ENGINE, ID_KEY, canonical, from_format_state
+from eaglewire.drafter.provenance import Provenance
+from eaglewire.export.formats import (
+    ID_ENGINE,
+    ID_KEY,
+    NOT_SERVABLE_KEY,
+    canonical,
+    from_format_state,
+)
+from eaglewire.export.options import ImportConfig
 from eaglewire.export.weights import read_weights
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.infra.options import opt
+from eaglewire.target.fingerprint import TargetFingerprint, TargetRecord
 from eaglewire.target.points import (
-    ENGINES,
     Engine,
     eagle3_default,
     points_from_ids,
     version_differences,
 )
-
-
-@dataclass
-class ImportConfig:
-    src: Path = opt(help="directory holding config.json and the weights", arg=True)
-    out: Path = opt(help="eaglewire checkpoint directory to write")
-    target: str = opt("", "target the drafter serves: gives the layer count, the embedding if missing, the fingerprint")
-    target_layers: int = opt(0, "the target's decoder layer count when --target is not given (needed to resolve ids)")
-    layers_from: str = opt("", f"engine meaning of the stored ids ({', '.join(ENGINES)}); default: the format's own")
-    format: str = opt("auto", "auto, sglang (SpecForge), vllm, speculators, eagle")
-    force: bool = opt(False, "replace --out if it exists")
-    json: bool = opt(False, "print JSON")
 
 
 class Notes:
@@ -180,8 +174,9 @@ def _fill_vocab_maps(cfg: DrafterConfig, sd: dict, notes: Notes) -> None:
     sd["t2d"] = sd["t2d"].bool()
 
 
-def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes) -> tuple[int, dict]:
-    """Layer count, and provenance about the target; copies the embedding if missing."""
+def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
+                  ) -> tuple[int, TargetRecord, str | None]:
+    """(layer count, the target record, its chat template hash); copies the embedding if missing."""
     if not cfg.target:
         if cfg.target_layers <= 0:
             raise EaglewireError("ids cannot be resolved to physical points without the target's layer count: "
@@ -189,8 +184,9 @@ def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
         if "embed_tokens.weight" not in sd:
             raise EaglewireError("weights: no embed_tokens.weight (the official layout reads it from the target): "
                                  "pass --target to copy it")
-        return cfg.target_layers, {"target": None, "target_fingerprint": "unknown"}
-    from eaglewire.target.load import chat_template_hash, load_target, target_fingerprint
+        return cfg.target_layers, TargetRecord(source=None, fingerprint=TargetFingerprint.unknown_target(cfg.target_layers)), None
+    from eaglewire.target.fingerprint import chat_template_hash
+    from eaglewire.target.load import load_target
 
     t = load_target(cfg.target, device="cpu")
     if cfg.target_layers and cfg.target_layers != t.num_layers:
@@ -205,9 +201,7 @@ def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
     elif not torch.equal(sd["embed_tokens.weight"].float(), emb):
         notes.warnings.append(f"the checkpoint's embedding differs from target {cfg.target!r}'s: "
                               "it was likely trained for another target (or another dtype)")
-    fp = target_fingerprint(t)
-    return t.num_layers, {"target": {"source": cfg.target, "fingerprint": fp}, "target_fingerprint": fp,
-                          "chat_template_sha": chat_template_hash(t.tokenizer)}
+    return t.num_layers, TargetRecord(source=cfg.target, fingerprint=TargetFingerprint.of(t)), chat_template_hash(t.tokenizer)
 
 
 def run_import(cfg: ImportConfig) -> dict:
@@ -220,13 +214,17 @@ def run_import(cfg: ImportConfig) -> dict:
     if not cpath.is_file():
         raise EaglewireError(f"{src}: no config.json")
     raw = json.loads(cpath.read_text())
+    if isinstance(raw, dict) and NOT_SERVABLE_KEY in raw:  # ours, with no engine layout to read ids from
+        why = "; ".join(r for rs in (raw[NOT_SERVABLE_KEY] or {}).values() for r in rs)
+        raise EaglewireError(f"{cpath}: an eaglewire checkpoint that no engine serves as is ({why}): it needs no "
+                             "import; use it directly, or `eaglewire export` it to a format that can express it")
     files = {p.name for p in src.iterdir()}
     fmt = detect_format(raw, files) if cfg.format == "auto" else canonical(cfg.format)
     notes = Notes()
     sd, wfile = read_weights(src, fmt)
     dcfg = drafter_config(fmt, raw, sd, notes)
     sd = from_format_state(dcfg, sd)
-    L, tprov = _target_facts(cfg, sd, dcfg, notes)
+    L, target, chat_sha = _target_facts(cfg, sd, dcfg, notes)
     _fill_vocab_maps(dcfg, sd, notes)
     pts, rec = resolve_points(fmt, raw, L, dcfg.num_aux, cfg.layers_from, notes)
     model = Eagle3Drafter(dcfg)
@@ -236,8 +234,6 @@ def run_import(cfg: ImportConfig) -> dict:
     model.load_state_dict(sd, strict=True)
     imported = {"from": str(src), "weights": wfile, **rec, "inferred": notes.inferred, "assumed": notes.assumed,
                 "warnings": notes.warnings}
-    prov = {**tprov, "dataset": "unknown", "imported": imported}
-    prov.setdefault("chat_template_sha", "unknown")
-    save_checkpoint(cfg.out, model, [p.name for p in pts], L, prov)
+    save_checkpoint(cfg.out, model, Provenance(points=pts, target=target, chat_template_sha=chat_sha, imported=imported))
     return {"out": str(cfg.out), "points": [p.name for p in pts], "target_num_layers": L, **imported}
 

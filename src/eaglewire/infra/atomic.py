@@ -1,18 +1,27 @@
-"""Directories that appear whole or not at all.
+"""Files and directories that appear whole or not at all.
 
 Every artifact directory (a converted target, a tiny model, a checkpoint, an
 export, training state) is written into a temporary sibling and renamed into
 place, so a crash or a full disk never leaves half of one where a reader
 would trust it. A directory being replaced is moved aside first and removed
-only after the new one is in place.
+only after the new one is in place. Single files rewritten while a job runs
+(a manifest after every shard, a config, a stage marker, responses.jsonl) go
+through `atomic_file`: a reader, or a resume after a crash, sees the old file
+or the new one, never a torn one.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
+
+from eaglewire.infra.errors import EaglewireError
 
 
 @contextmanager
@@ -34,3 +43,46 @@ def atomic_dir(out: Path):
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def atomic_file(path: Path) -> Iterator[IO[str]]:
+    """Yield a text file that replaces ``path`` when the block succeeds.
+
+    The data is fsync'd before the rename: without it a power cut can leave the
+    renamed file empty on ext4/xfs, which is worse than the old version.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: Path, data: Any, default: Callable[[Any], Any] | None = str) -> None:
+    """Replace ``path`` with ``data`` as indented JSON, all or nothing.
+
+    ``default`` turns what JSON cannot hold into something it can, as in ``json.dump``
+    (paths and the like become strings).
+    """
+    with atomic_file(path) as f:
+        json.dump(data, f, indent=2, default=default)
+
+
+def read_json(path: Path, missing: str) -> Any:
+    """The JSON in ``path``; a missing or malformed file is one line naming the file and the fix (`missing`)."""
+    path = Path(path)
+    if not path.parent.exists():
+        raise EaglewireError(f"{path.parent}: does not exist")
+    if not path.is_file():
+        raise EaglewireError(f"{path.parent}: {missing}")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        where = f" at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
+        raise EaglewireError(f"{path}: invalid JSON ({getattr(e, 'msg', e)}{where})") from e

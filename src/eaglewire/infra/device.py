@@ -10,14 +10,27 @@ import torch
 
 from eaglewire.infra.errors import EaglewireError
 
-_DTYPES = {
+# Short names first: `dtype_name` gives the first name of a dtype, the one our files record.
+DTYPES = {
     "fp32": torch.float32,
-    "float32": torch.float32,
     "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
     "fp16": torch.float16,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
+
+
+def dtype_name(dtype: torch.dtype) -> str | None:
+    """fp32, bf16 or fp16 (None for any other dtype)."""
+    return next((k for k, v in DTYPES.items() if v == dtype), None)
+
+
+def dtype_from_name(name: str, flag: str = "--dtype") -> torch.dtype:
+    """The torch dtype of an option's value; an unknown name stops the command naming `flag`."""
+    if name not in DTYPES:
+        raise EaglewireError(f"{flag} {name!r}: expected one of {', '.join(DTYPES)}")
+    return DTYPES[name]
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -35,7 +48,7 @@ def resolve_device(name: str = "auto") -> torch.device:
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if name not in _DTYPES:
-        raise EaglewireError(f"--dtype {name!r}: expected one of auto, {', '.join(sorted(set(_DTYPES)))}")
-    return _DTYPES[name]
+    if name not in DTYPES:
+        raise EaglewireError(f"--dtype {name!r}: expected one of auto, {', '.join(sorted(set(DTYPES)))}")
+    return DTYPES[name]
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import typer
 
+from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
 
 
@@ -92,9 +93,7 @@ def save_config(cfg, path: Path, extra: dict | None = None) -> None:
     if extra:
         data.update(extra)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_jsonable))
-    tmp.replace(path)
+    write_json_atomic(path, data, default=_jsonable)
 
 
 def load_config_file(cls, path: Path) -> dict:

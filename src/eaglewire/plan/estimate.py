@@ -18,6 +18,7 @@ from pathlib import Path
 
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.options import build_command, opt
+from eaglewire.infra.output import emit, json_flag
 
 GIB = 1024 ** 3
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -71,7 +72,7 @@ class PlanConfig:
     gpu_tflops: float = opt(GPU_TFLOPS, "peak dense bf16 TFLOP/s of one device (H100 SXM: 989)", gt=0)
     gpu_bandwidth_gbs: float = opt(GPU_BANDWIDTH_GBS, "peak memory bandwidth of one device in GB/s (H100 SXM: 3350)", gt=0)
     device_memory_gib: float = opt(GPU_MEMORY_GIB, "memory of one device in GiB (for the fits verdict)", gt=0)
-    json: bool = opt(False, "print JSON")
+    json: bool = json_flag()
 
 
 def _points(cfg: PlanConfig, num_layers: int) -> list[str]:
@@ -130,7 +131,7 @@ def _host_memory(cfg, s: dict, T: int) -> dict:
     buf = cfg.shard_samples * T * (s["num_points"] + 1) * s["hidden_size"] * cap
     on_host = s["num_parameters"] * 4 if cfg.device_type == "cpu" else 0
     return {"extract": on_host + buf, "extract_shard_buffer": buf,
-            # train.py _setup loads the whole target on the host in fp32 (embedding, lm_head, fingerprint)
+            # training/loop.py _setup loads the whole target on the host in fp32 (embedding, lm_head, fingerprint)
             "train": s["num_parameters"] * 4 + cfg.samples * T * 8}
 
 
@@ -193,7 +194,7 @@ def _assumptions(cfg, s: dict) -> list[str]:
          f"--gpus {cfg.gpus}: ideal linear scaling; device memory is per device: a full copy of the target when it "
          "fits one device, else the target sharded evenly over the devices (tensor parallel); the drafter replicated",
          "training memory: fp32 drafter + AdamW, activations ~ batch x T x TTT steps x (12H + 3I + 3 draft vocab) x 4 B",
-         "host memory for training: train loads the whole target on the host in fp32 (train.py _setup)"]
+         "host memory for training: train loads the whole target on the host in fp32 (training/loop.py _setup)"]
     if s["num_experts"]:
         a.append(f"MoE: {s['experts_per_token']} of {s['num_experts']} routed experts active per token "
                  f"({s['active_parameters']:,} active parameters)")
@@ -275,13 +276,8 @@ def _print(r: dict) -> None:
 
 
 def run_plan(cfg: PlanConfig) -> dict:
-    import json
-
     res = plan(cfg)
-    if cfg.json:
-        print(json.dumps(res, indent=2, default=str))
-    else:
-        _print(res)
+    emit(res, cfg.json, _print)
     return res
 
 

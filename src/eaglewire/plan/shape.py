@@ -41,22 +41,22 @@ def read_config_json(path: Path) -> dict:
 def target_config(source: str) -> dict:
     """The config of a target as other commands name it, without loading its weights."""
     from eaglewire.target.load import (
-        _check_gguf,
-        _gguf_cache_dir,
-        _quiet_transformers,
+        check_gguf,
         default_gguf,
+        gguf_cache_dir,
+        quiet_transformers,
         resolve_target_dir,
     )
 
     if source == "default" or source.endswith(".gguf"):
         gguf = default_gguf() if source == "default" else Path(source).expanduser()
-        _check_gguf(gguf)
-        d = _gguf_cache_dir(gguf)
+        check_gguf(gguf)
+        d = gguf_cache_dir(gguf)
         if (d / "config.json").is_file():
             return read_config_json(d)
         from transformers import AutoConfig
 
-        _quiet_transformers()  # AutoConfig reads the GGUF metadata only (no conversion, no tensors)
+        quiet_transformers()  # AutoConfig reads the GGUF metadata only (no conversion, no tensors)
         return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name).to_dict()
     return read_config_json(resolve_target_dir(source))
 
@@ -155,9 +155,9 @@ def meta_count(raw: dict) -> dict | None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from eaglewire.target.load import _quiet_transformers
+    from eaglewire.target.load import quiet_transformers
 
-    _quiet_transformers()
+    quiet_transformers()
     kw = {k: v for k, v in raw.items() if k not in ("model_type", "transformers_version", "auto_map")}
     try:
         cfg = AutoConfig.for_model(raw.get("model_type", ""), **kw)

@@ -16,12 +16,19 @@ import torch
 from eaglewire.target.points import Point
 
 
-def _base(model):
-    return model.base_model if hasattr(model, "base_model") else model
+def decoder_stack(model) -> torch.nn.Module:
+    """The decoder stack of a causal LM: the module with ``embed_tokens``, ``layers`` and ``norm``, without lm_head.
+
+    Capture hooks, the verify forward, warm starts and imports all reach into
+    it, so they find it one way. transformers' ``get_decoder`` returns
+    ``model.model`` for every *ForCausalLM and the model itself for a bare
+    decoder (both tested on every tiny architecture).
+    """
+    return model.get_decoder()
 
 
 def hook_module(model, point: Point) -> torch.nn.Module:
-    base = _base(model)
+    base = decoder_stack(model)
     if point.kind == "embed":
         return base.embed_tokens
     if point.kind == "final_norm":
@@ -54,6 +61,6 @@ def capture(model, input_ids: torch.Tensor, points: list[Point],
     forward numbers positions 0..T-1 regardless of the mask.
     """
     with capturing(model, points) as store, torch.no_grad():
-        _base(model)(input_ids=input_ids, attention_mask=attention_mask,
-                     position_ids=position_ids, use_cache=False)
+        decoder_stack(model)(input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids, use_cache=False)
     return {p.name: store[p.name] for p in points}

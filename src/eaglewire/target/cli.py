@@ -28,7 +28,8 @@ class InspectConfig:
 
 def run_inspect(cfg: InspectConfig) -> None:
     from eaglewire.infra.device import resolve_device
-    from eaglewire.target.load import chat_template_hash, load_target
+    from eaglewire.target.fingerprint import chat_template_hash
+    from eaglewire.target.load import load_target
     from eaglewire.target.points import eagle3_default, id_lists
 
     t = load_target(cfg.target, device=resolve_device(cfg.device))

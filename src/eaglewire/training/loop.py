@@ -12,89 +12,75 @@ Exactness choices:
   run reads the same samples in the same order and follows the same losses
   (both tested);
 - `--online` swaps the feature shards for the target's forward on the same
-  responses (`online.py`), sample for sample, so the losses are the same.
+  responses (`online_features.py`), sample for sample, so the losses are the same.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
 
 from eaglewire.data.dataset import FeatureDataset, collate
-from eaglewire.data.settings import ExtractSettings
+from eaglewire.data.manifest import Manifest
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.checkpoint import save_checkpoint
+from eaglewire.drafter.provenance import Provenance
 from eaglewire.drafter.ttt import target_full_argmax, ttt_forward
-from eaglewire.drafter.warmstart import INITS, deepest_layer_slot, init_from_target_layer, init_head
+from eaglewire.drafter.warmstart import deepest_layer_slot, init_from_target_layer, init_head
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.infra.options import check_ranges, config_to_dict, opt, save_config
+from eaglewire.infra.options import check_ranges, config_to_dict, save_config
+from eaglewire.target.capture import decoder_stack
+from eaglewire.training.cli import TrainConfig
 from eaglewire.training.runstate import MetricsLog, load_run_state, save_state
 from eaglewire.training.torchrun import CallThrough, Dist, unwrap
 
+if TYPE_CHECKING:
+    from eaglewire.data.vocab import DraftVocab
+    from eaglewire.target.load import Target
+    from eaglewire.training.online_features import OnlineDataset
+
 _STEP_DELAY = float(os.environ.get("EAGLEWIRE_STEP_DELAY", "0"))  # lets crash tests kill a real run
+
+_RESUME_FREE = {"resume", "json", "device", "log_every"}
 
 
 @dataclass
-class TrainConfig:
-    data: Path = opt(help="dataset directory (eaglewire data build; with --online, data generate)")
-    out: Path = opt(help="run directory: drafter/ (the checkpoint), state/, metrics.csv, tb/")
-    target: str = opt("", "target; default: the one recorded in the dataset manifest (must match its fingerprint), "
-                      "with --online the one generate.config.json records")
-    online: bool = opt(False, "run the target inside the loop on --data's responses.jsonl: no feature shards read or stored")
-    points: list[str] = opt(help="--online: capture points (repeat or comma-separate); default: the EAGLE-3 triple",
-                            factory=list)
-    store_dtype: str = opt(ExtractSettings.dtype, "--online: round features to this dtype, as `data extract "
-                           "--store-dtype` stores them (same losses as offline)", choices=("fp32", "bf16", "fp16"))
-    dtype: str = opt("auto", "--online: target compute dtype (auto: bf16 on CUDA, fp32 on CPU)",
-                     choices=("auto", "fp32", "bf16", "fp16"))
-    vocab_size: int = opt(0, "--online without vocab.safetensors in --data: draft vocab size, counted over the "
-                          "responses as `data vocab` does (0 = auto)", ge=0)
-    max_steps: int = opt(0, "optimizer steps; 0 = --epochs full passes", ge=0)
-    epochs: int = opt(1, "passes over the training split when --max-steps is 0", ge=1)
-    batch_size: int = opt(4, "samples per micro-batch per process", ge=1)
-    grad_accum: int = opt(1, "micro-batches per optimizer step", ge=1)
-    lr: float = opt(3e-4, "peak learning rate (AdamW)", gt=0)
-    min_lr_ratio: float = opt(0.1, "cosine floor as a fraction of --lr", ge=0, le=1)
-    warmup_steps: int = opt(20, "linear warmup steps", ge=0)
-    weight_decay: float = opt(0.0, "AdamW weight decay", ge=0)
-    beta1: float = opt(0.9, "AdamW beta1", ge=0, lt=1)
-    beta2: float = opt(0.95, "AdamW beta2 (EAGLE-3 paper: 0.95)", ge=0, lt=1)
-    grad_clip: float = opt(0.5, "max gradient norm (EAGLE-3 paper: 0.5)", gt=0)
-    ttt_steps: int = opt(7, "unrolled training-time-test steps", ge=1)
-    ttt_decay: float = opt(0.8, "weight of step k is decay**k", gt=0, le=1)
-    target_temperature: float = opt(1.0, "temperature of the target distribution the drafter learns "
-                                    "(1 = forward KL to q; 0 = one-hot on the target's argmax)", ge=0)
-    lk_weight: float = opt(0.0, "weight of the LK loss -log(sum min(p, q)) added to the KL (acceptance-aware, "
-                           "arXiv 2602.23881); 0 = KL only", ge=0)
-    max_len: int = opt(1024, "samples are truncated to this many tokens", ge=3)
-    val_fraction: float = opt(0.05, "share of samples held out for validation", ge=0, lt=1)
-    seed: int = opt(0, "seed for init, split and order")
-    num_layers: int = opt(1, "drafter decoder layers", ge=1)
-    norm_before_residual: bool = opt(False, "residual taken after hidden_norm (some released checkpoints)")
-    fc_norm: bool = opt(False, "per-slot RMSNorm on the fc input")
-    init: str = opt("random", "drafter init: random, head (lm_head rows + final norm from the target), "
-                    "target (head + the decoder layer after the deepest captured point, fc selecting that slot)",
-                    choices=INITS)
-    freeze_head: bool = opt(False, "keep lm_head fixed (use with --init head/target): fewer trained weights, faster steps")
-    eval_every: int = opt(0, "validate every N steps (0 = at the end of each epoch and of training)", ge=0)
-    save_every: int = opt(50, "save resumable state every N steps", ge=1)
-    log_every: int = opt(1, "write a metrics row every N steps", ge=1)
-    nan_policy: str = opt("skip", "non-finite batch: skip (counted) or stop (error naming the step)", choices=("skip", "stop"))
-    max_skipped_fraction: float = opt(0.05, "fail the run when more than this share of its steps were skipped", ge=0, le=1)
-    device: str = opt("auto", "auto, cpu, cuda, cuda:N (torchrun: cuda:LOCAL_RANK)")
-    resume: bool = opt(False, "continue from --out/state")
-    json: bool = opt(False, "print the final metrics as JSON")
+class TrainInputs:
+    """What a run trains on, as `_setup` (offline) or `setup_online` finds it."""
+
+    ds: FeatureDataset | OnlineDataset
+    manifest: Manifest
+    target: Target | None  # for the drafter's init and the frozen head; dropped once those are taken
+    vocab: DraftVocab
+    prov: Provenance  # what the checkpoint records; training adds its config, metrics and split
 
 
-_RESUME_FREE = {"resume", "json", "device", "log_every"}
+@dataclass
+class Run:
+    """A run's moving parts, built once by `_prepare` and read by every step of `_loop`."""
+
+    cfg: TrainConfig
+    dd: Dist  # ranks; dd.device is this rank's device
+    net: torch.nn.Module | None  # the (DDP-wrapped) TTT module
+    opt: torch.optim.Optimizer
+    ds: ArgmaxCache
+    head_w: torch.Tensor  # [V, Ht] the target's frozen head
+    train_idx: list[int]
+    val_idx: list[int]
+    log: MetricsLog
+    total: int  # optimizer steps of the whole run
+    per_step: int  # samples per optimizer step over all ranks
+    start: int = 0  # first step (> 0 when resumed)
+    skipped: int = 0  # steps skipped for non-finite values so far
 
 
 def split_indices(n: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -121,9 +107,9 @@ def global_batch(train_idx: list[int], step: int, per_step: int, seed: int) -> l
     return [train_idx[i] for i in perm[k * per_step:(k + 1) * per_step]]
 
 
-def build_drafter(cfg: TrainConfig, target, manifest: dict, vocab_ids: torch.Tensor, ds=None) -> Eagle3Drafter:
+def build_drafter(cfg: TrainConfig, target, manifest: Manifest, vocab_ids: torch.Tensor, ds=None) -> Eagle3Drafter:
     torch.manual_seed(cfg.seed)
-    names = manifest["points"]["names"]
+    names = manifest.point_names
     dcfg = DrafterConfig.from_target_config(
         target.config, draft_vocab_size=int(vocab_ids.numel()), num_aux=len(names),
         num_layers=cfg.num_layers, norm_before_residual=cfg.norm_before_residual, fc_norm=cfg.fc_norm)
@@ -132,7 +118,7 @@ def build_drafter(cfg: TrainConfig, target, manifest: dict, vocab_ids: torch.Ten
     model.set_draft_vocab(vocab_ids)
     if cfg.init in ("head", "target"):
         init_head(model, target.model.get_output_embeddings().weight.detach().float().cpu(),
-                  target.model.base_model.norm.weight.detach().float().cpu())
+                  decoder_stack(target.model).norm.weight.detach().float().cpu())
     if cfg.init == "target":
         scale = _deepest_slot_scale(ds, names) if cfg.fc_norm and ds is not None else 1.0  # only fc_norm needs it
         init_from_target_layer(model, target.model, names, scale)
@@ -265,12 +251,8 @@ def _check_resume_config(cfg: TrainConfig) -> None:
 def _setup(cfg: TrainConfig, device):
     from eaglewire.data.manifest import manifest_hash
     from eaglewire.data.vocab import load_vocab
-    from eaglewire.target.load import (
-        fingerprint_mismatch,
-        load_target,
-        recorded_source,
-        target_fingerprint,
-    )
+    from eaglewire.target.fingerprint import TargetFingerprint, TargetRecord
+    from eaglewire.target.load import load_target
 
     if cfg.online:
         from eaglewire.training.online_features import setup_online
@@ -281,56 +263,74 @@ def _setup(cfg: TrainConfig, device):
                              "have their points and vocab)")
     ds = FeatureDataset(cfg.data, max_len=cfg.max_len)
     man = ds.manifest
-    names = man["points"].get("names") or []
-    if not names or any(n is None for n in names):
-        raise EaglewireError(f"{cfg.data}: the feature slots have no physical labels ({names}); run "
+    if man.points is None:
+        raise EaglewireError(f"{cfg.data}: the feature slots have no physical labels ({man.point_names}); run "
                              f"`eaglewire doctor dataset {cfg.data} --target T` to identify them, then re-import with --points")
-    if man.get("target_hidden", "final_norm") != "final_norm":
-        raise EaglewireError(f"{cfg.data}: target_hidden holds {man['target_hidden']!r}, training needs the final-norm output "
+    if man.target_hidden != "final_norm":
+        raise EaglewireError(f"{cfg.data}: target_hidden holds {man.target_hidden!r}, training needs the final-norm output "
                              "(re-import with --target so the final norm can be applied)")
-    fp = man["target"].get("fingerprint") or {}
-    if fp.get("unknown") and not cfg.target:
+    fp = man.target.fingerprint
+    if fp.unknown and not cfg.target:
         raise EaglewireError(f"{cfg.data}: the dataset does not record which target made it (imported); pass --target")
-    source = cfg.target or recorded_source(man["target"])
+    source = cfg.target or man.target.source
     target = load_target(source, device="cpu")
-    diff = [] if fp.get("unknown") else fingerprint_mismatch(fp, target_fingerprint(target))
-    if diff:
+    mine = TargetFingerprint.of(target)
+    if diff := fp.mismatch(mine):
         raise EaglewireError(f"{cfg.data}: dataset was made from another target than {source!r} (fingerprint differs in {', '.join(diff)})")
     P, H = ds[0]["features"].shape[1:]
-    if H != target.hidden_size or P != len(man["points"]["names"]):
+    if H != target.hidden_size or P != len(man.points):
         raise EaglewireError(f"{cfg.data}: features are [{P} x {H}] but the target has hidden size {target.hidden_size} "
-                             f"and the manifest lists {len(man['points']['names'])} points")
+                             f"and the manifest lists {len(man.points)} points")
     try:
         vocab = load_vocab(cfg.data)
     except FileNotFoundError as e:
         raise EaglewireError(f"{cfg.data}: no draft vocab (run `eaglewire data vocab {cfg.data}`)") from e
-    prov = {"target": {"source": source, "fingerprint": target_fingerprint(target)},
-            "target_fingerprint": target_fingerprint(target), "dataset": {"path": str(cfg.data), "manifest_sha": manifest_hash(cfg.data)},
-            "chat_template_sha": man["chat_template_sha"], "vocab": man.get("vocab")}
-    return ds, man, target, vocab, prov
+    prov = Provenance(points=man.points, target=TargetRecord(source=source, fingerprint=mine),
+                      dataset={"path": str(cfg.data), "manifest_sha": manifest_hash(cfg.data)},
+                      chat_template_sha=man.chat_template_sha, vocab=man.vocab)
+    return TrainInputs(ds, man, target, vocab, prov)
 
 
 def run_train(cfg: TrainConfig) -> dict:
     from eaglewire.infra.device import resolve_device
 
     check_ranges(cfg)  # also when built in code, not through the CLI
-    dd = Dist(resolve_device(cfg.device))
-    device = dd.device  # cuda:LOCAL_RANK under torchrun
+    dd = Dist(resolve_device(cfg.device))  # dd.device: cuda:LOCAL_RANK under torchrun
     if not dd.main:  # rank 0 alone writes the run directory (and holds its lock)
-        return _run_train(cfg, device, dd)
+        return _run_train(cfg, dd)
     from eaglewire.infra.locks import dir_lock
 
     with dir_lock(cfg.out, "train"):
-        return _run_train(cfg, device, dd)
+        return _run_train(cfg, dd)
 
 
-def _run_train(cfg: TrainConfig, device, dd: Dist) -> dict:
+def _run_train(cfg: TrainConfig, dd: Dist) -> dict:
     if cfg.resume:
         _check_resume_config(cfg)
     elif (cfg.out / "state").exists() or (cfg.out / "drafter").exists():
         raise EaglewireError(f"{cfg.out}: already holds a training run; pass --resume or choose a new --out")
-    ds, man, target, vocab, prov = _setup(cfg, device)
-    train_idx, val_idx = split_indices(len(ds), cfg.val_fraction, cfg.seed)
+    inputs = _setup(cfg, dd.device)
+    run = _prepare(cfg, dd, inputs)
+    val = _loop(run)
+    model = unwrap(run.net)
+    run.net = None  # drop the DDP wrapper before dd.close(): see Dist.close
+    if dd.main:
+        prov = dataclasses.replace(
+            inputs.prov, validation=val,
+            training={"config": config_to_dict(cfg), "total_steps": run.total, "world_size": dd.world,
+                      "skipped_batches": val.pop("skipped")},
+            # the held-out split, so the doctor can evaluate on samples never trained on
+            split={"dataset_manifest_sha": (inputs.prov.dataset or {}).get("manifest_sha"), "num_samples": len(run.ds),
+                   "val_indices": run.val_idx})
+        save_checkpoint(cfg.out / "drafter", model, prov)
+    run.log.close()
+    dd.close()
+    return {"drafter": str(cfg.out / "drafter"), "steps": run.total, "validation": val}
+
+
+def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
+    """The split, the step count, the drafter (resumed state loaded) and its optimizer and log."""
+    train_idx, val_idx = split_indices(len(inputs.ds), cfg.val_fraction, cfg.seed)
     per_step = cfg.batch_size * cfg.grad_accum * dd.world
     if len(train_idx) < per_step:
         raise EaglewireError(f"{cfg.data}: {len(train_idx)} training samples, fewer than one global batch ({per_step})")
@@ -338,12 +338,12 @@ def _run_train(cfg: TrainConfig, device, dd: Dist) -> dict:
     if total < 1:
         raise EaglewireError(f"{cfg.data}: the run would take no optimizer step (--max-steps {cfg.max_steps}, "
                              f"--epochs {cfg.epochs}, {len(train_idx)} training samples)")
-    model = build_drafter(cfg, target, man, vocab.selected, ds).to(device).train()
-    head_w = target.model.get_output_embeddings().weight.detach().to(device, torch.float32)  # [V, Ht]
-    del target
+    device = dd.device
+    model = build_drafter(cfg, inputs.target, inputs.manifest, inputs.vocab.selected, inputs.ds).to(device).train()
+    head_w = inputs.target.model.get_output_embeddings().weight.detach().to(device, torch.float32)  # [V, Ht]
+    inputs.target = None  # only its head is used from here on
     if cfg.online:
-        ds.place(device)
-    ds = ArgmaxCache(ds, head_w)
+        inputs.ds.place(device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     start, skipped = 0, 0
@@ -355,57 +355,50 @@ def _run_train(cfg: TrainConfig, device, dd: Dist) -> dict:
         save_config(cfg, cfg.out / "train.config.json", {"total_steps": total, "world_size": dd.world})
     log = MetricsLog(cfg.out, cfg.ttt_steps, start if cfg.resume else None, dd.main)
     net = dd.wrap(CallThrough(model, ttt_forward))  # DDP under torchrun
-    val = _loop(cfg, net, opt, ds, train_idx, val_idx, head_w, dd, device, log, start, total, per_step, skipped)
-    del net  # before dd.close(): see Dist.close
-    if dd.main:
-        prov.update(training={"config": config_to_dict(cfg), "total_steps": total, "world_size": dd.world,
-                              "skipped_batches": val.pop("skipped")}, validation=val,
-                    # the held-out split, so the doctor can evaluate on samples never trained on
-                    split={"dataset_manifest_sha": prov["dataset"]["manifest_sha"], "num_samples": len(ds),
-                           "val_indices": val_idx})
-        save_checkpoint(cfg.out / "drafter", model, man["points"]["names"], man["target"]["fingerprint"]["num_layers"], prov)
-    log.close()
-    dd.close()
-    return {"drafter": str(cfg.out / "drafter"), "steps": total, "validation": val}
+    return Run(cfg=cfg, dd=dd, net=net, opt=opt, ds=ArgmaxCache(inputs.ds, head_w), head_w=head_w,
+               train_idx=train_idx, val_idx=val_idx, log=log, total=total, per_step=per_step,
+               start=start, skipped=skipped)
 
 
-def _loop(cfg, net, opt, ds, train_idx, val_idx, head_w, dd, device, log, start, total, per_step, skipped) -> dict:
-    model = unwrap(net)
-    per_epoch = max(1, len(train_idx) // per_step)
-    bar = tqdm(total=total, initial=start, desc="train", unit="step", disable=not dd.main, dynamic_ncols=True)
+def _loop(run: Run) -> dict:
+    """Steps `run.start` .. `run.total`: train, log, validate and save on their schedules; returns the last validation."""
+    cfg, dd, model = run.cfg, run.dd, unwrap(run.net)
+    per_epoch = max(1, len(run.train_idx) // run.per_step)
+    bar = tqdm(total=run.total, initial=run.start, desc="train", unit="step", disable=not dd.main, dynamic_ncols=True)
     val: dict = {}
-    for step in range(start, total):
-        lr = lr_at(step, cfg, total)
-        for g in opt.param_groups:
+    for step in range(run.start, run.total):
+        lr = lr_at(step, cfg, run.total)
+        for g in run.opt.param_groups:
             g["lr"] = lr
         t0 = time.perf_counter()
-        r = train_step(net, opt, ds, global_batch(train_idx, step, per_step, cfg.seed), head_w, cfg, dd, device)
+        ids = global_batch(run.train_idx, step, run.per_step, cfg.seed)
+        r = train_step(run.net, run.opt, run.ds, ids, run.head_w, cfg, dd, dd.device)
         if r.get("skipped"):
             if cfg.nan_policy == "stop":
                 raise EaglewireError(f"step {step}: non-finite values in the batch or its gradients (--nan-policy stop)")
-            skipped += 1
-        elif (step + 1) % cfg.log_every == 0 or step + 1 == total:
+            run.skipped += 1
+        elif (step + 1) % cfg.log_every == 0 or step + 1 == run.total:
             acc = [float(c / n) if n > 0 else 0.0 for c, n in zip(r["correct"], r["counts"])]
-            log.write({"split": "train", "step": step + 1, "epoch": step // per_epoch, "loss": r["loss"], "lr": lr,
-                       "tokens_per_s": r["tokens"] / (time.perf_counter() - t0), "grad_norm": r["grad_norm"],
-                       **{f"acc_{j}": a for j, a in enumerate(acc)}})
-            bar.set_postfix(loss=f"{r['loss']:.3f}", acc0=f"{acc[0]:.3f}", skipped=skipped)
+            run.log.write({"split": "train", "step": step + 1, "epoch": step // per_epoch, "loss": r["loss"], "lr": lr,
+                           "tokens_per_s": r["tokens"] / (time.perf_counter() - t0), "grad_norm": r["grad_norm"],
+                           **{f"acc_{j}": a for j, a in enumerate(acc)}})
+            bar.set_postfix(loss=f"{r['loss']:.3f}", acc0=f"{acc[0]:.3f}", skipped=run.skipped)
         bar.update(1)
         end_epoch = (step + 1) % per_epoch == 0
-        if val_idx and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or (not cfg.eval_every and end_epoch)
-                        or step + 1 == total):
-            val = evaluate(model, ds, val_idx, head_w, cfg, device, dd)
-            log.write({"split": "val", "step": step + 1, "epoch": step // per_epoch, "loss": val["loss"],
-                       **{f"acc_{j}": a for j, a in enumerate(val["acc"])}})
-        if dd.main and ((step + 1) % cfg.save_every == 0 or step + 1 == total):
-            save_state(cfg.out, model, opt, step + 1, {"skipped": skipped})
+        if run.val_idx and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or (not cfg.eval_every and end_epoch)
+                            or step + 1 == run.total):
+            val = evaluate(model, run.ds, run.val_idx, run.head_w, cfg, dd.device, dd)
+            run.log.write({"split": "val", "step": step + 1, "epoch": step // per_epoch, "loss": val["loss"],
+                           **{f"acc_{j}": a for j, a in enumerate(val["acc"])}})
+        if dd.main and ((step + 1) % cfg.save_every == 0 or step + 1 == run.total):
+            save_state(cfg.out, model, run.opt, step + 1, {"skipped": run.skipped})
         if _STEP_DELAY:
             time.sleep(_STEP_DELAY)
     bar.close()
-    _check_skipped(cfg, skipped, total)
-    if not val and val_idx:
-        val = evaluate(model, ds, val_idx, head_w, cfg, device, dd)
-    return {**val, "skipped": skipped}
+    _check_skipped(cfg, run.skipped, run.total)
+    if not val and run.val_idx:
+        val = evaluate(model, run.ds, run.val_idx, run.head_w, cfg, dd.device, dd)
+    return {**val, "skipped": run.skipped}
 
 
 def _check_skipped(cfg: TrainConfig, skipped: int, total: int) -> None:
@@ -417,20 +410,3 @@ def _check_skipped(cfg: TrainConfig, skipped: int, total: int) -> None:
         raise EaglewireError(f"{cfg.data}: {skipped} of {total} steps were skipped for non-finite features or gradients "
                              f"(more than --max-skipped-fraction {cfg.max_skipped_fraction}); no drafter written. "
                              "Check the dataset with `eaglewire doctor dataset`")
-
-
-def register(app) -> None:
-    from eaglewire.infra.options import build_command
-
-    def run(cfg: TrainConfig) -> None:
-        res = run_train(cfg)
-        if int(os.environ.get("RANK", "0")) != 0:
-            return
-        if cfg.json:
-            print(json.dumps(res, indent=2))
-        else:
-            v = res["validation"]
-            accs = " ".join(f"{a:.3f}" for a in v.get("acc", []))
-            print(f"drafter: {res['drafter']}  steps {res['steps']}  val loss {v.get('loss', float('nan')):.4f}  acc_0..k {accs}")
-
-    build_command(app, "train", TrainConfig, run, "Train an EAGLE-3 drafter with training-time test (also under torchrun).")

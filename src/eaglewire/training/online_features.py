@@ -7,23 +7,25 @@ next to a TTT step on a GPU. `train --online` reads only `responses.jsonl`.
 Exactness: a sample here is exactly what `FeatureDataset` yields for the same
 response after `eaglewire data extract`: the same rows, tokenization, loss mask
 and drop rule (`extract.tokenize_rows`), the same hooks and right-padded
-forward (`extract._forward`), and the same rounding of the features to the
+forward (`extract.forward_features`), and the same rounding of the features to the
 store dtype, so offline and online training follow the same losses (tested;
 only the padding of the batch the target ran in differs, a last-bit effect).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import torch
 
-from eaglewire.data.extract import _forward, _new_manifest, tokenize_rows
-from eaglewire.data.options import RESPONSES
-from eaglewire.data.settings import ExtractSettings
-from eaglewire.infra.device import _DTYPES, resolve_dtype
+from eaglewire.data.extract import forward_features, new_manifest, tokenize_rows
+from eaglewire.data.options import RESPONSES, ExtractSettings
+from eaglewire.drafter.provenance import Provenance
+from eaglewire.infra.device import dtype_from_name, resolve_dtype
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.training.loop import TrainInputs
 
 
 def read_responses(data: Path) -> list[dict]:
@@ -59,12 +61,14 @@ class OnlineDataset(torch.utils.data.Dataset):
         if not self.items:
             raise EaglewireError(f"{Path(root) / RESPONSES}: none of {len(rows)} responses has an assistant token "
                                  "to train on (expected answers from `eaglewire data generate`)")
-        self.target, self.max_len, self.sdtype, self.compute_dtype = target, max_len, _DTYPES[store_dtype], compute_dtype
+        self.target, self.max_len, self.compute_dtype = target, max_len, compute_dtype
+        self.sdtype = dtype_from_name(store_dtype, "--store-dtype")
         s = ExtractSettings(points=[p.name for p in self.pts], dtype=store_dtype, max_seq_len=seq)
-        self.manifest = _new_manifest(target, self.pts, s, gen or {})
-        self.manifest.update(complete=True, online=True, dropped=dropped, num_samples=len(self.items),
-                             num_tokens=sum(len(it[1]) for it in self.items),
-                             num_loss_tokens=sum(sum(it[2]) for it in self.items))
+        self.manifest = new_manifest(target, self.pts, s, gen or {})
+        self.manifest = dataclasses.replace(
+            self.manifest, complete=True, dropped=dropped, num_samples=len(self.items),
+            num_tokens=sum(len(it[1]) for it in self.items), num_loss_tokens=sum(sum(it[2]) for it in self.items),
+            extra={"online": True})
 
     def __len__(self) -> int:
         return len(self.items)
@@ -82,7 +86,7 @@ class OnlineDataset(torch.utils.data.Dataset):
         """Samples `ids`, their features from one right-padded target forward, rounded to the store dtype."""
         batch = [(idx, seq[:self.max_len], mask[:self.max_len]) for idx, seq, mask in (self.items[i] for i in ids)]
         out = []
-        for (_, seq, mask), (f, h) in zip(batch, _forward(self.target, batch, self.pts)):
+        for (_, seq, mask), (f, h) in zip(batch, forward_features(self.target, batch, self.pts)):
             out.append({"input_ids": torch.tensor(seq, dtype=torch.long),  # [T]
                         "loss_mask": torch.tensor(mask, dtype=torch.bool),  # [T]
                         "features": f.to(self.sdtype),  # [T, P, H]
@@ -107,8 +111,8 @@ def _vocab(cfg, ds: OnlineDataset, V: int):
         counts = count_tokens([it[1] for it in ds.items], [it[2] for it in ds.items], V)
         vocab = build_draft_vocab(counts, cfg.vocab_size or auto_vocab_size(V))
         source = f"counted over {RESPONSES}"
-    ds.manifest["vocab"] = {"size": vocab.size, "coverage": vocab.coverage,
-                            "num_distinct": int((vocab.counts > 0).sum()), "source": source}
+    ds.manifest.vocab = {"size": vocab.size, "coverage": vocab.coverage,
+                         "num_distinct": int((vocab.counts > 0).sum()), "source": source}
     return vocab
 
 
@@ -121,14 +125,15 @@ def _source(cfg) -> str:
     return cfg.target or recorded
 
 
-def setup_online(cfg, device: torch.device):
-    """(dataset, manifest, target, vocab, provenance) for `train --online`, as train._setup gives offline.
+def setup_online(cfg, device: torch.device) -> TrainInputs:
+    """What `train --online` trains on, as `loop._setup` finds it offline.
 
     The target is loaded like offline training loads it (fp32, CPU), so the
     drafter's init and the frozen head are the same; `place` then moves it to
     the training device in --dtype for the forwards.
     """
-    from eaglewire.target.load import file_sha256, load_target
+    from eaglewire.infra.checksums import file_sha256
+    from eaglewire.target.load import load_target
 
     rows = read_responses(cfg.data)
     target = load_target(_source(cfg), device="cpu")
@@ -138,11 +143,9 @@ def setup_online(cfg, device: torch.device):
                        resolve_dtype(cfg.dtype, device))
     man = ds.manifest
     vocab = _vocab(cfg, ds, target.vocab_size)
-    fp = man["target"]["fingerprint"]
-    prov = {"target": {"source": target.source, "fingerprint": fp}, "target_fingerprint": fp,
-            # no manifest: the responses file is the training data's identity
-            "dataset": {"path": str(cfg.data), "manifest_sha": None, "online": True,
-                        "responses_sha": file_sha256(cfg.data / RESPONSES)[:16],
-                        "store_dtype": cfg.store_dtype, "dropped": man["dropped"]},
-            "chat_template_sha": man["chat_template_sha"], "vocab": man["vocab"]}
-    return ds, man, target, vocab, prov
+    prov = Provenance(points=man.points, target=man.target, chat_template_sha=man.chat_template_sha, vocab=man.vocab,
+                      # no manifest: the responses file is the training data's identity
+                      dataset={"path": str(cfg.data), "manifest_sha": None, "online": True,
+                               "responses_sha": file_sha256(cfg.data / RESPONSES)[:16],
+                               "store_dtype": cfg.store_dtype, "dropped": man.dropped})
+    return TrainInputs(ds, man, target, vocab, prov)

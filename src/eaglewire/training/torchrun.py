@@ -16,12 +16,13 @@ is the TTT pass.
 from __future__ import annotations
 
 import gc
-import os
 from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+
+from eaglewire.infra.ranks import local_rank, rank_world
 
 
 class CallThrough(torch.nn.Module):
@@ -46,10 +47,11 @@ class Dist:
     """Rank, world size and this rank's device; the process group when torchrun started more than one."""
 
     def __init__(self, device: torch.device):
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
+        self.rank, self.world = rank_world()
         if self.world > 1 and device.type == "cuda":
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            # unlike the data stages (`ranks.local_device`) an explicit cuda:N is overridden too:
+            # NCCL refuses two ranks on one GPU
+            device = torch.device("cuda", local_rank())
             torch.cuda.set_device(device)
         self.device = device
         if self.world > 1 and not dist.is_initialized():
