@@ -133,3 +133,13 @@ def test_point_names_parse_and_order():
     assert sorted([FINAL_NORM, layer_out(3), EMBED, layer_out(1)]) == [EMBED, layer_out(1), layer_out(3), FINAL_NORM]
     with pytest.raises(EaglewireError, match="expected"):
         Point.parse("layer3")
+
+
+def test_point_option_takes_repeated_and_comma_separated_names():
+    from eaglewire.target.points import point_option
+
+    assert [p.name for p in point_option(["layers.1.out, layers.3.out", "final_norm"], 8)] == [
+        "layers.1.out", "layers.3.out", "final_norm"]
+    assert point_option([], 8) == eagle3_default(8) and point_option([""], 8, default=False) == []
+    with pytest.raises(EaglewireError, match="layers.9.out"):
+        point_option(["layers.9.out"], 8)

@@ -35,7 +35,7 @@ from eaglewire.data.options import DataImportConfig
 from eaglewire.export.weights import load_pickle_weights
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.fingerprint import TargetFingerprint, TargetRecord
-from eaglewire.target.points import FINAL_NORM, Point, parse_points, points_from_ids
+from eaglewire.target.points import FINAL_NORM, Point, point_option, points_from_ids
 
 _NUM = re.compile(r"(\d+)")
 
@@ -108,8 +108,7 @@ def _stated_points(cfg: DataImportConfig, P: int, L: int | None) -> list[Point] 
             raise EaglewireError("--points/--ids need the target's layer count: pass --target or --target-layers")
         if cfg.ids and not cfg.layers_from:
             raise EaglewireError("--ids needs --layers-from ENGINE (the engine meaning of the ids)")
-        names = [n for p in cfg.points for n in p.split(",") if n]
-        pts = parse_points(names, L) if names else points_from_ids(cfg.ids, cfg.layers_from, L)
+        pts = point_option(cfg.points, L, default=False) or points_from_ids(cfg.ids, cfg.layers_from, L)
         if len(pts) != P:
             raise EaglewireError(f"{len(pts)} points stated but the files hold {P} feature slots")
         return pts

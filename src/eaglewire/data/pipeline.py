@@ -219,14 +219,14 @@ def _settings_from_manifest(cfg):
 def run_extract(cfg, target=None) -> dict:
     from eaglewire.data.extract import ExtractSettings
     from eaglewire.data.jsonl import read_jsonl
-    from eaglewire.target.points import eagle3_default
+    from eaglewire.target.points import point_option
 
     rows = [r for r in read_jsonl(cfg.data / RESPONSES) if "messages" in r]
     if not rows:
         raise EaglewireError(f"{cfg.data / RESPONSES}: no responses (run `eaglewire data generate` first)")
     cfg = _settings_from_manifest(cfg)
     target = target or _load(cfg)
-    names = [n for p in cfg.points for n in p.split(",") if n] or [p.name for p in eagle3_default(target.num_layers)]
+    names = [p.name for p in point_option(cfg.points, target.num_layers)]
     gen_cfg = cfg.data / "generate.config.json"
     gen = json.loads(gen_cfg.read_text()).get("result", {}).get("settings", {}) if gen_cfg.exists() else {}
     s = ExtractSettings(points=names, dtype=cfg.store_dtype, batch_tokens=cfg.batch_tokens,

@@ -76,10 +76,9 @@ class PlanConfig:
 
 
 def _points(cfg: PlanConfig, num_layers: int) -> list[str]:
-    from eaglewire.target.points import eagle3_default, parse_points
+    from eaglewire.target.points import point_option
 
-    names = [n for p in cfg.points for n in p.split(",") if n]
-    return [p.name for p in (parse_points(names, num_layers) if names else eagle3_default(num_layers))]
+    return [p.name for p in point_option(cfg.points, num_layers)]
 
 
 def disk_estimate(H: int, num_points: int, dtype: str, tokens: int, samples: int, shard_samples: int) -> dict:

@@ -128,12 +128,11 @@ def run_capture(cfg: CaptureConfig) -> None:
     from eaglewire.infra.device import resolve_device, resolve_dtype
     from eaglewire.target.capture import capture
     from eaglewire.target.load import load_target
-    from eaglewire.target.points import eagle3_default, id_lists, parse_points
+    from eaglewire.target.points import id_lists, point_option
 
     dev = resolve_device(cfg.device)
     t = load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
-    names = [n for p in cfg.points for n in p.split(",") if n]
-    pts = parse_points(names, t.num_layers) if names else eagle3_default(t.num_layers)
+    pts = point_option(cfg.points, t.num_layers)
     if cfg.chat:
         ids = t.tokenizer.apply_chat_template([{"role": "user", "content": cfg.text}], add_generation_prompt=True,
                                               return_dict=True)["input_ids"]

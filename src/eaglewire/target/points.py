@@ -120,6 +120,15 @@ def parse_points(names: list[str] | tuple[str, ...], num_layers: int) -> list[Po
     return [check_point(Point.parse(n), num_layers) for n in names]
 
 
+def point_option(values: list[str] | tuple[str, ...], num_layers: int, default: bool = True) -> list[Point]:
+    """`--points` as given (repeated and/or comma-separated) -> Points; empty means the EAGLE-3 default
+    (or no points, with ``default=False``)."""
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    if names:
+        return parse_points(names, num_layers)
+    return eagle3_default(num_layers) if default else []
+
+
 def eagle3_default(num_layers: int) -> list[Point]:
     """The official EAGLE-3 triple: HF indices [2, L//2, L-3] as physical points."""
     L = num_layers

@@ -51,10 +51,9 @@ class OnlineDataset(torch.utils.data.Dataset):
 
     def __init__(self, root: Path, rows: list[dict], target, points: list[str], store_dtype: str,
                  max_len: int | None = None, gen: dict | None = None, compute_dtype: torch.dtype = torch.float32):
-        from eaglewire.target.points import eagle3_default, parse_points
+        from eaglewire.target.points import point_option
 
-        names = [n for p in points for n in p.split(",") if n] or [p.name for p in eagle3_default(target.num_layers)]
-        self.pts = parse_points(names, target.num_layers)
+        self.pts = point_option(points, target.num_layers)
         # extraction's default truncation and drop rule, unless training reads further than it would store
         seq = max(ExtractSettings.max_seq_len, max_len or 0)
         self.items, dropped = tokenize_rows(target.tokenizer, rows, seq)
