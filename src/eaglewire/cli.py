@@ -19,7 +19,7 @@ def _register_stages() -> None:
     import importlib
 
     for mod in ("eaglewire.target.cli", "eaglewire.data.cli", "eaglewire.training.cli", "eaglewire.decoding.cli",
-                "eaglewire.export.cli", "eaglewire.doctor.cli", "eaglewire.demo.run", "eaglewire.plan.estimate"):
+                "eaglewire.export.cli", "eaglewire.serve.cli", "eaglewire.doctor.cli", "eaglewire.demo.run", "eaglewire.plan.estimate"):
         m = importlib.import_module(mod)
         m.register(app)
 

@@ -11,16 +11,17 @@ USER_PROMPTS = [
 ]
 
 
-def build_tiny_dataset(root, arch="llama", n=24, max_new_tokens=24, vocab_size=200, store_dtype="fp32"):
-    """A real (regenerated + extracted + vocab) dataset on a tiny target, for stage tests."""
+def build_tiny_dataset(root, arch="llama", n=24, max_new_tokens=24, vocab_size=200, store_dtype="fp32", target=None):
+    """A real (regenerated + extracted + vocab) dataset on a tiny target (or `target`), for stage tests."""
+    target = target or f"tiny:{arch}"
     from eaglewire.data.options import DataExtractConfig, DataGenerateConfig, DataVocabConfig
     from eaglewire.data.pipeline import run_extract, run_generate, run_vocab
 
     prompts = root / "prompts.in.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"{USER_PROMPTS[i % len(USER_PROMPTS)]} ({i})"}) + "\n" for i in range(n)))
     out = root / "ds"
-    run_generate(DataGenerateConfig(out=out, target=f"tiny:{arch}", prompts=prompts, max_new_tokens=max_new_tokens,
+    run_generate(DataGenerateConfig(out=out, target=target, prompts=prompts, max_new_tokens=max_new_tokens,
                                 batch_size=8, device="cpu"))
-    run_extract(DataExtractConfig(data=out, target=f"tiny:{arch}", store_dtype=store_dtype, device="cpu", shard_samples=8))
+    run_extract(DataExtractConfig(data=out, target=target, store_dtype=store_dtype, device="cpu", shard_samples=8))
     run_vocab(DataVocabConfig(data=out, size=vocab_size))
     return out

@@ -149,9 +149,26 @@ def _round_robin(n: int, cats: list[str]) -> list[int]:
     return sorted(order)
 
 
+def encode_prompt_file(engine, path: Path, max_prompts: int = 0, chat: bool = True) -> tuple[list[list[int]], list[str]]:
+    """(token ids, category) per prompt of a JSONL file; `max_prompts` > 0 takes them round-robin over categories."""
+    from eaglewire.data.prompts import load_prompts, prompt_turns
+
+    convs = load_prompts(path)
+    cats = _categories(path, len(convs))
+    if max_prompts > 0:
+        keep = _round_robin(max_prompts, cats)
+        convs, cats = [convs[i] for i in keep], [cats[i] for i in keep]
+    if not convs:
+        raise EaglewireError(f"{path}: no prompts")
+    ids = []
+    for c in convs:
+        turns = prompt_turns(c)
+        ids.append(engine.encode(turns if chat else turns[-1]["content"], chat=chat))
+    return ids, cats
+
+
 def bench_from_config(cfg: BenchConfig) -> dict:
     """The benchmark as a function (the demo calls it); writes files when cfg.out is set."""
-    from eaglewire.data.prompts import load_prompts, prompt_turns
     from eaglewire.decoding.bench import DEFAULT_METHODS, METHODS, run_bench, write_outputs
     from eaglewire.decoding.engine import SpecEngine
 
@@ -159,19 +176,8 @@ def bench_from_config(cfg: BenchConfig) -> dict:
     if bad:
         raise EaglewireError(f"--methods {', '.join(bad)}: expected some of {', '.join(METHODS)}")
     path = cfg.prompts or heldout_prompts_path()
-    convs = load_prompts(path)
-    cats = _categories(path, len(convs))
-    if cfg.max_prompts > 0:
-        keep = _round_robin(cfg.max_prompts, cats)
-        convs, cats = [convs[i] for i in keep], [cats[i] for i in keep]
-    if not convs:
-        raise EaglewireError(f"{path}: no prompts")
     target, drafter, points = _load(cfg)
-    enc = SpecEngine(target)
-    prompts = []
-    for c in convs:
-        turns = prompt_turns(c)
-        prompts.append(enc.encode(turns if cfg.chat else turns[-1]["content"], chat=cfg.chat))
+    prompts, cats = encode_prompt_file(SpecEngine(target), path, cfg.max_prompts, cfg.chat)
     spec_cfg, shape = _spec_cfg(cfg, "tree", target.device), None
     if cfg.auto_shape and drafter is not None:
         from eaglewire.decoding.bench import auto_shape

@@ -1,4 +1,4 @@
-"""`eaglewire doctor {dataset,drafter,config,online}`: verdict table, --json, non-zero exit on problems."""
+"""`eaglewire doctor {dataset,drafter,config,online,live}`: verdict table, --json, non-zero exit on problems."""
 
 from __future__ import annotations
 
@@ -159,6 +159,52 @@ def trained_model_config(src: Path) -> dict | None:
     return None
 
 
+@dataclass
+class DoctorLiveConfig:
+    server: str = opt(help="URL of the running engine, e.g. http://127.0.0.1:8000 (vLLM)")
+    drafter: Path = opt(help="the eaglewire checkpoint or training run the server's drafter was exported from")
+    target: str = opt("", "the served target (same weights) for eaglewire's prediction; default: the drafter's provenance")
+    served_drafter: Path | None = opt(None, "directory the server loaded as its drafter, checked on a FAIL; default: the "
+                                      "export `eaglewire serve` recorded")
+    prompts: Path | None = opt(None, "JSONL prompts; default: the shipped held-out set")
+    num_prompts: int = opt(8, "prompts to send (round-robin over categories)", ge=1)
+    max_new_tokens: int = opt(64, "tokens per prompt", ge=1)
+    json: bool = json_flag()
+
+
+def run_live(cfg: DoctorLiveConfig) -> None:
+    from eaglewire.decoding.cli import encode_prompt_file, heldout_prompts_path
+    from eaglewire.decoding.compat import load_drafter_for
+    from eaglewire.decoding.engine import SpecEngine
+    from eaglewire.doctor.live import doctor_live, static_check_for
+    from eaglewire.drafter.checkpoint import read_provenance, resolve_dir
+    from eaglewire.target.load import load_target
+
+    ckpt = resolve_dir(cfg.drafter)
+    t = load_target(_target_source(cfg.target, read_provenance(ckpt).target.source, cfg.drafter))
+    drafter, points, _ = load_drafter_for(t, ckpt)
+    engine = SpecEngine(t, drafter, points)
+    prompts, _ = encode_prompt_file(engine, cfg.prompts or heldout_prompts_path(), cfg.num_prompts)
+    arch = (t.config.architectures or [t.config.model_type])[0]
+    static = static_check_for(cfg.served_drafter or _recorded_export(ckpt), [p.name for p in points], t.num_layers, arch)
+    rep = doctor_live(cfg.server.rstrip("/"), engine, prompts, cfg.max_new_tokens, static)
+    rep.print(cfg.json)
+    raise typer.Exit(rep.exit_code())
+
+
+def _recorded_export(ckpt: Path) -> Path | None:
+    """The export `eaglewire serve` wrote for this checkpoint (what its server loaded), if any."""
+    import json
+
+    from eaglewire.serve.cli import RECORD
+
+    rec = ckpt.parent / "serve" / RECORD
+    try:
+        return Path(json.loads(rec.read_text())["export"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def run_online(cfg: DoctorOnlineConfig) -> None:
     from eaglewire.doctor.inference import doctor_online
     from eaglewire.drafter.checkpoint import load_checkpoint, resolve_dir
@@ -179,6 +225,8 @@ def register(app: typer.Typer) -> None:
     build_command(doc, "dataset", DoctorDatasetConfig, run_dataset, "Identify which physical target tensor each stored feature slot holds.")
     build_command(doc, "drafter", DoctorDrafterConfig, run_drafter, "Standalone drafter test: acc per TTT step, offline chain tau, d2t convention.")
     build_command(doc, "config", DoctorEngineConfig, run_config, "Which tensors will this engine feed the drafter? Compare with training and print the fix.")
+    build_command(doc, "live", DoctorLiveConfig, run_live,
+                  "Send held-out prompts to a running engine; compare its per-position acceptance with eaglewire's prediction.")
     build_command(doc, "online", DoctorOnlineConfig, run_online,
                   "Run the engine on dataset prompts; compare the features the drafter gets with training, and online vs offline tau.")
     app.add_typer(doc, name="doctor")

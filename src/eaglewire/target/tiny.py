@@ -124,8 +124,12 @@ def _init_weights(model) -> None:
                 p.zero_()
 
 
-def build_tiny(arch: str, out_dir: Path) -> Path:
-    """Write a tiny random HF model directory for `arch` (atomic: temp dir then rename)."""
+def build_tiny(arch: str, out_dir: Path, **overrides) -> Path:
+    """Write a tiny random HF model directory for `arch` (atomic: temp dir then rename).
+
+    `overrides` change config fields, e.g. ``num_attention_heads=2, num_key_value_heads=1``
+    for head_dim 32, the smallest head size vLLM's CPU attention runs (the serving tests).
+    """
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     if arch not in TEMPLATES:
@@ -134,6 +138,8 @@ def build_tiny(arch: str, out_dir: Path) -> Path:
     bos_id = tok.bos_token_id
     eos_id = tok.eos_token_id
     cfg = _config(arch, len(tok), bos_id, eos_id)
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     _init_weights(model)

