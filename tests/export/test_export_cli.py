@@ -25,3 +25,22 @@ def test_export_import_cli(tmp_path):
     assert json.loads(r.stdout)["points"] == ["layers.1.out", "layers.3.out", "layers.4.out"]
     r = _run("export", str(ck), "--format", "tensorrt", "--out", str(tmp_path / "t"))
     assert r.returncode == 2 and r.stderr.startswith("error: --format 'tensorrt': expected one of")
+
+
+def test_force_never_deletes_a_foreign_directory_or_the_input(tmp_path):
+    """Hardening: `--force` used to rename any --out aside and delete it, and could replace the source."""
+    ck, _ = make_ckpt(tmp_path / "ck")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    r = _run("export", str(ck), "--format", "vllm", "--out", str(mine), "--force")
+    assert r.returncode == 2 and "not an eaglewire export" in r.stderr and r.stderr.count("\n") == 1
+    assert (mine / "thesis.tex").read_text() == "years of work"
+    assert _run("export", str(ck), "--format", "vllm", "--out", str(tmp_path / "v")).returncode == 0
+    r = _run("export", str(ck), "--format", "vllm", "--out", str(tmp_path / "v"), "--force")  # an earlier export: fine
+    assert r.returncode == 0 and "replaced the earlier export" in r.stderr
+    r = _run("import", str(tmp_path / "v"), "--out", str(tmp_path / "v"), "--target-layers", "8", "--force")
+    assert r.returncode == 2 and "never replaces the input" in r.stderr
+    assert (tmp_path / "v" / "model.safetensors").is_file()
+    r = _run("export", str(ck), "--format", "vllm", "--out", str(ck), "--force")
+    assert r.returncode == 2 and "never replaces the input" in r.stderr and (ck / "eaglewire.json").is_file()

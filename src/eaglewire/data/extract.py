@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from eaglewire.data.manifest import Manifest, shard_problem
 from eaglewire.data.options import ExtractSettings
+from eaglewire.infra.atomic import follow_umask
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.device import dtype_from_name, dtype_name
 from eaglewire.infra.errors import EaglewireError
@@ -115,6 +116,7 @@ def write_shard(out_dir: Path, k: int, buf: list, sdtype) -> dict:
     name = f"shard-{k:05d}.safetensors"
     tmp = out_dir / f".{name}.tmp"
     save_file(tensors, str(tmp))
+    follow_umask(tmp)  # safetensors writes 0600; a reader running as another user needs the umask's modes
     tmp.replace(out_dir / name)
     return {"file": name, "num_samples": len(buf), "num_tokens": int(ids.numel()),
             "num_loss_tokens": int(tensors["loss_mask"].sum()), "indices": [b[0] for b in buf],

@@ -90,6 +90,9 @@ def run_generate(cfg, target=None) -> dict:
         raise EaglewireError(f"{cfg.out}: already holds responses; pass --resume or choose a new --out")
     if cfg.server is not None and cfg.self_prompts > 0:
         raise EaglewireError("--self-prompts samples from the target in this process; with --server use --prompts or --topic-prompts")
+    if cfg.resume:
+        recorded = _recorded_generate(cfg.out)
+        cfg = _adopt_recorded(cfg, {k: recorded.get(k) for k in _GENERATE_KEYS}, cfg.out / GENERATE_CONFIG)
     cfg.out.mkdir(parents=True, exist_ok=True)
     s = GenSettings(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                     batch_size=cfg.batch_size, seed=cfg.seed, max_prompt_tokens=cfg.max_prompt_tokens)
@@ -146,7 +149,7 @@ def _finish_generate(cfg, res: dict) -> dict:
         if is_main():
             consolidate_responses(cfg.out)
     if is_main():
-        save_config(cfg, cfg.out / "generate.config.json", {"result": res})
+        save_config(cfg, cfg.out / GENERATE_CONFIG, {"result": res})
     gather(None)  # nobody returns before the merged answers are on disk
     return res
 
@@ -195,23 +198,74 @@ def _generate_via_server(cfg, s) -> dict:
 
 
 def _settings_from_manifest(cfg):
-    """On --resume, options left at their defaults take the dataset's recorded values.
+    """On --resume, the dataset's recorded extraction settings win (see `_adopt_recorded`).
 
     So `eaglewire data extract DIR --resume`, the command our error messages
-    print, continues or repairs a dataset exactly as it was made.
+    print, continues or repairs a dataset exactly as it was made. Before the
+    first manifest exists (a sharded run killed early) the target `data
+    generate` recorded still wins: the answers are that target's own.
+    """
+    if not cfg.resume:
+        return cfg
+    if Manifest.exists(cfg.data):
+        man = Manifest.load(cfg.data)
+        ex = man.extract
+        recorded = {"target": man.target.source, "points": ex.get("points"),
+                    "store_dtype": ex.get("dtype"), "batch_tokens": ex.get("batch_tokens"),
+                    "max_seq_len": ex.get("max_seq_len"), "shard_samples": ex.get("shard_samples")}
+        return _adopt_recorded(cfg, recorded, cfg.data / "manifest.json")
+    gen = _recorded_generate(cfg.data)
+    return _adopt_recorded(cfg, {"target": gen.get("target")}, cfg.data / GENERATE_CONFIG) if gen else cfg
+
+
+GENERATE_CONFIG = "generate.config.json"
+_GENERATE_KEYS = ("target", "max_new_tokens", "temperature", "top_p", "seed", "max_prompt_tokens", "server")
+
+
+def _recorded_generate(d: Path) -> dict:
+    """The options the answers in `d` were generated with ({} when none are recorded)."""
+    p = Path(d) / GENERATE_CONFIG
+    if not p.is_file():
+        return {}
+    try:
+        return dict(json.loads(p.read_text()).get("config") or {})
+    except (ValueError, AttributeError) as e:
+        raise EaglewireError(f"{p}: unreadable ({e}); it records how the answers were made") from e
+
+
+def _comparable(v):
+    """Paths as strings, and `--points a,b --points c` as the list of names a manifest records."""
+    if isinstance(v, Path):
+        return str(v)
+    if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
+        return [n.strip() for x in v for n in x.split(",") if n.strip()]
+    return v
+
+
+def _adopt_recorded(cfg, recorded: dict, where: Path):
+    """Options left at their defaults take the recorded values; an option given with another value is refused.
+
+    One rule for every resumed stage: a resumed run never mixes targets or
+    settings, and never rewrites a record so that it claims settings the
+    existing rows were not made with.
     """
     import dataclasses
 
-    if not (cfg.resume and Manifest.exists(cfg.data)):
-        return cfg
-    man = Manifest.load(cfg.data)
-    ex = man.extract
-    recorded = {"target": man.target.source, "points": ex.get("points"),
-                "store_dtype": ex.get("dtype"), "batch_tokens": ex.get("batch_tokens"),
-                "max_seq_len": ex.get("max_seq_len"), "shard_samples": ex.get("shard_samples")}
-    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-                for f in dataclasses.fields(cfg) if f.name in recorded}
-    upd = {k: v for k, v in recorded.items() if v is not None and getattr(cfg, k) == defaults[k]}
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    upd, clash = {}, []
+    for k, v in recorded.items():
+        if v is None or k not in fields:
+            continue
+        f = fields[k]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        mine = getattr(cfg, k)
+        if mine == default or mine is None:
+            upd[k] = v
+        elif _comparable(mine) != _comparable(v):
+            clash.append(f"--{k.replace('_', '-')} {mine!r} (recorded: {v!r})")
+    if clash:
+        raise EaglewireError(f"{where}: --resume with other settings than the existing data was made with: "
+                             f"{', '.join(clash)}; resume with the recorded values (or leave them out), or use a new --out")
     return dataclasses.replace(cfg, **upd)
 
 

@@ -14,6 +14,8 @@ from eaglewire.infra.output import emit
 def _print(res: dict, as_json: bool, line: str) -> None:
     for w in res.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
+    if res.get("replaced"):
+        print(f"note: {res['replaced']}", file=sys.stderr)
     emit(res, as_json, lambda _: print(line))
 
 

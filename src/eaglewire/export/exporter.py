@@ -13,7 +13,7 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from eaglewire.drafter.checkpoint import load_checkpoint
+from eaglewire.drafter.checkpoint import load_checkpoint, resolve_dir
 from eaglewire.export.formats import (
     DRAFTER_KEY,
     ID_ENGINE,
@@ -25,7 +25,7 @@ from eaglewire.export.formats import (
     to_format_state,
 )
 from eaglewire.export.options import ExportConfig
-from eaglewire.infra.atomic import atomic_dir
+from eaglewire.infra.atomic import atomic_dir, check_replace
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.points import ENGINE_HELP, Engine, version_differences
 
@@ -42,10 +42,8 @@ def _verifier(spec: str) -> dict | None:
     return {"name_or_path": spec, "architectures": arch}
 
 
-def _write_dir(out: Path, force: bool, files: dict) -> None:
+def _write_dir(out: Path, files: dict) -> None:
     """Atomic: a temp dir renamed into place, so a failed export never leaves half a layout."""
-    if out.exists() and not force:
-        raise EaglewireError(f"--out {out}: already exists (pass --force to replace it)")
     with atomic_dir(out) as tmp:
         for name, content in files.items():
             if isinstance(content, dict) and name.endswith(".safetensors"):
@@ -56,6 +54,7 @@ def _write_dir(out: Path, force: bool, files: dict) -> None:
 
 def run_export(cfg: ExportConfig) -> dict:
     fmt = canonical(cfg.format)
+    replaced = check_replace(cfg.out, cfg.force, RECORD, "export", sources=(cfg.ckpt, resolve_dir(cfg.ckpt)))
     model, prov = load_checkpoint(cfg.ckpt)
     L, points = prov.num_layers, prov.points
     if points is None or L is None:
@@ -86,5 +85,5 @@ def run_export(cfg: ExportConfig) -> dict:
               # the training-time layer config, so `doctor config` on this directory alone can check
               # rope/eps/norm placement even after the checkpoint is moved or deleted
               DRAFTER_KEY: model.config.to_dict()}
-    _write_dir(cfg.out, cfg.force, {"config.json": config, "model.safetensors": tensors, RECORD: record})
-    return {"out": str(cfg.out), **record, "num_tensors": len(tensors)}
+    _write_dir(cfg.out, {"config.json": config, "model.safetensors": tensors, RECORD: record})
+    return {"out": str(cfg.out), **record, "num_tensors": len(tensors), "replaced": replaced}

@@ -18,6 +18,7 @@ import torch
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.checkpoint import check_state, save_checkpoint
+from eaglewire.drafter.provenance import FILE as PROVENANCE
 from eaglewire.drafter.provenance import Provenance
 from eaglewire.export.formats import (
     ID_ENGINE,
@@ -28,6 +29,7 @@ from eaglewire.export.formats import (
 )
 from eaglewire.export.options import ImportConfig
 from eaglewire.export.weights import read_weights
+from eaglewire.infra.atomic import check_replace
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.fingerprint import TargetFingerprint, TargetRecord
 from eaglewire.target.points import (
@@ -206,8 +208,7 @@ def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
 
 def run_import(cfg: ImportConfig) -> dict:
     src = Path(cfg.src)
-    if cfg.out.exists() and not cfg.force:
-        raise EaglewireError(f"--out {cfg.out}: already exists (pass --force to replace it)")
+    replaced = check_replace(cfg.out, cfg.force, PROVENANCE, "checkpoint", sources=(src,))
     if cfg.layers_from:
         Engine.parse(cfg.layers_from)  # fails early, naming the accepted engines
     cpath = src / "config.json"
@@ -235,5 +236,5 @@ def run_import(cfg: ImportConfig) -> dict:
     imported = {"from": str(src), "weights": wfile, **rec, "inferred": notes.inferred, "assumed": notes.assumed,
                 "warnings": notes.warnings}
     save_checkpoint(cfg.out, model, Provenance(points=pts, target=target, chat_template_sha=chat_sha, imported=imported))
-    return {"out": str(cfg.out), "points": [p.name for p in pts], "target_num_layers": L, **imported}
+    return {"out": str(cfg.out), "points": [p.name for p in pts], "target_num_layers": L, **imported, "replaced": replaced}
 

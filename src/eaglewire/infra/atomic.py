@@ -33,6 +33,7 @@ def atomic_dir(out: Path):
     old = out.with_name(f".{out.name}.old")
     try:
         yield tmp
+        follow_umask(tmp)
         if old.exists():
             shutil.rmtree(old)
         if out.exists():
@@ -86,3 +87,48 @@ def read_json(path: Path, missing: str) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         where = f" at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
         raise EaglewireError(f"{path}: invalid JSON ({getattr(e, 'msg', e)}{where})") from e
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: Path) -> None:
+    """Give `path` (and what it holds) the modes a plain `open`/`mkdir` would have.
+
+    mkdtemp makes 0700 directories and safetensors writes 0600 files: a serving
+    engine running as another user could not read an export. Artifacts follow the umask.
+    """
+    path, mask = Path(path), _umask()
+    items = [path, *path.rglob("*")] if path.is_dir() else [path]
+    for p in items:
+        if not p.is_symlink():
+            p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+
+
+def check_replace(out: Path, force: bool, marker: str, kind: str, sources: tuple = ()) -> str | None:
+    """Whether `--force` may replace `out`; None when there is nothing to replace, else what is replaced.
+
+    `--force` replaces only an earlier artifact of the same kind (it holds `marker`),
+    never the command's own input and never a directory of other files: renaming
+    `out` aside and deleting it would otherwise lose whatever the user had there.
+    """
+    out = Path(out)
+    if not out.exists():
+        return None
+    if not force:
+        raise EaglewireError(f"--out {out}: already exists (pass --force to replace it)")
+    if not out.is_dir():
+        raise EaglewireError(f"--out {out}: is a file, not a {kind} directory; --force does not replace it")
+    here = out.resolve()
+    for s in sources:
+        s = Path(s).resolve()
+        if here == s or here in s.parents or s in here.parents:
+            raise EaglewireError(f"--out {out}: is, holds or lies inside the input {s}; --force never replaces the input")
+    others = [p.name for p in out.iterdir() if not p.name.startswith(".")]
+    if others and not (out / marker).is_file():
+        raise EaglewireError(f"--out {out}: holds {len(others)} other file(s) ({', '.join(sorted(others)[:3])}) and no "
+                             f"{marker}: not an eaglewire {kind}; --force replaces only an earlier {kind}")
+    return f"replaced the earlier {kind} in {out}"
