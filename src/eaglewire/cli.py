@@ -4,7 +4,9 @@ this file only wires them into typer and turns EaglewireError into one line."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 
 import typer
 
@@ -27,14 +29,44 @@ def _register_stages() -> None:
 _register_stages()
 
 
+_interrupted = False
+
+
+def _on_sigint(signum, frame) -> None:
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _on_sigint) if main_thread else None
     try:
         app()
+    except SystemExit:
+        if _interrupted:  # click turned Ctrl-C into "Aborted!" + exit 1, after every `finally` ran
+            _exit_interrupted()
+        raise
     except EaglewireError as e:
         if os.environ.get("EAGLEWIRE_DEBUG"):
             raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        _exit_interrupted()
+    finally:
+        if main_thread:  # in-process callers (tests) get their own Ctrl-C handling back
+            signal.signal(signal.SIGINT, previous)
+
+
+def _exit_interrupted() -> None:
+    """Every artifact is written whole (atomic renames, appended rows), so stopping loses only work in
+    flight. os._exit: worker threads still waiting on a server would otherwise hold the process for
+    their retries (minutes) at interpreter exit."""
+    print("interrupted: what was written is kept; rerun the command with --resume to continue", file=sys.stderr)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(130)
 
 
 if __name__ == "__main__":

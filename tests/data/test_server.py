@@ -6,21 +6,17 @@ failure reporting are exercised by a fault-injecting proxy in front of the
 real server (it fails chosen requests, then forwards).
 """
 
-import contextlib
 import http.server
-import io
 import json
-import sys
 import threading
-import types
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from eaglewire import cli
 from eaglewire.target.load import resolve_target_dir
+from support.cli import run_cli
 from support.serve import free_port, transformers_server
 
 N_PROMPTS, NEW_TOKENS = 6, 8
@@ -43,19 +39,7 @@ def _prompts(tmp_path) -> Path:
     return p
 
 
-def _run(*args):
-    """The real CLI entry point, in-process (a subprocess would re-import torch for every call)."""
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    argv, sys.argv = sys.argv, ["eaglewire", *map(str, args)]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            cli.main()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = argv
-    return types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+_run = run_cli
 
 
 def _answers(d: Path) -> dict:

@@ -69,7 +69,7 @@ class _GenOptions:
     concurrency: int = opt(8, "requests in flight at once with --server", ge=1)
     reasoning: str = opt("keep", "thinking content from --server: keep (train on it, as the target produces it) or strip", choices=("keep", "strip"))
     retries: int = opt(4, "retries per request on 429, 5xx and connection errors (exponential backoff)", ge=0)
-    request_timeout: float = opt(600.0, "seconds to wait for one server reply", gt=0)
+    request_timeout: float = opt(600.0, "seconds one server request may take in all (a deadline, not a per-read timeout)", gt=0)
 
 
 @dataclass(kw_only=True)

@@ -16,10 +16,12 @@ package.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -57,23 +59,29 @@ class ChatClient:
     """The few endpoints every OpenAI-compatible server has, with retries on transient errors."""
 
     def __init__(self, url: str, timeout_s: float = 600.0, retries: int = 4, backoff_s: float = 1.0):
-        base = url.rstrip("/")
+        parsed = urllib.parse.urlparse(str(url))
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise EaglewireError(f"--server {url!r}: expected a URL such as http://127.0.0.1:8000")
+        base = str(url).rstrip("/")
         self.base = base[:-3] if base.endswith("/v1") else base
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
 
     def _once(self, path: str, body: dict | None) -> tuple[dict, dict]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, headers={"Content-Type": "application/json"})
+        deadline = time.monotonic() + self.timeout_s  # the whole request, not each read: a trickling server times out
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                return json.loads(r.read().decode()), dict(r.headers)
+                raw = _read_until(r, deadline, f"{path}: no complete reply within --request-timeout {self.timeout_s:g} s")
+                reply = json.loads(raw.decode())
+                return reply, dict(r.headers)
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:300]
             raise RequestFailed(f"HTTP {e.code} from {path}: {detail}", e.code == 429 or e.code >= 500) from e
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
-            raise RequestFailed(f"{self.base}{path}: {getattr(e, 'reason', e)}", True) from e
-        except json.JSONDecodeError as e:
-            raise RequestFailed(f"{path}: the server's reply is not JSON ({e.msg})", True) from e
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, http.client.HTTPException) as e:
+            raise RequestFailed(f"{self.base}{path}: {type(e).__name__}: {getattr(e, 'reason', e)}", True) from e
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RequestFailed(f"{path}: the server's reply is not JSON ({getattr(e, 'msg', e)})", True) from e
 
     def request(self, path: str, body: dict | None = None) -> tuple[dict, dict]:
         """Retry 429, 5xx and connection errors with exponential backoff; other 4xx fail at once."""
@@ -108,9 +116,39 @@ class ChatClient:
         return info
 
 
+MAX_REPLY_BYTES = 64 << 20
+
+
+def _read_until(r, deadline: float, late: str) -> bytes:
+    chunks, size = [], 0
+    while True:
+        if time.monotonic() > deadline:
+            raise RequestFailed(late, True)
+        block = r.read1(1 << 16) if hasattr(r, "read1") else r.read(1 << 16)
+        if not block:
+            want = r.headers.get("Content-Length")
+            if want is not None and want.isdigit() and size < int(want):
+                raise RequestFailed(f"IncompleteRead: the connection closed after {size} of {want} bytes", True)
+            return b"".join(chunks)
+        chunks.append(block)
+        size += len(block)
+        if size > MAX_REPLY_BYTES:
+            raise RequestFailed(f"reply larger than {MAX_REPLY_BYTES >> 20} MB", False)
+
+
+def _text_content(msg: dict) -> str | None:
+    """The reply's text: a string, or the OpenAI list of parts joined; None when it is neither."""
+    content = msg.get("content")
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return "".join(str(p.get("text", "")) for p in content if p.get("type", "text") == "text")
+    return None
+
+
 def _split_reasoning(msg: dict) -> tuple[str, str | None]:
     """(answer, reasoning) whether the server parsed reasoning out or left `<think>` inline."""
-    content = msg.get("content") or ""
+    content = _text_content(msg) or ""
     reasoning = msg.get("reasoning_content") or msg.get("reasoning")
     if reasoning is None:
         m = _THINK.match(content)
@@ -168,19 +206,47 @@ def _ask(client: ChatClient, model: str, item, s: GenSettings, ss: ServerSetting
         msg, finish = choice["message"], choice.get("finish_reason")
     except RequestFailed as e:
         return _Answer(i, error=str(e))
-    except (KeyError, IndexError, TypeError) as e:
+    except (KeyError, IndexError, TypeError, AttributeError) as e:
         return _Answer(i, error=f"reply without choices[0].message ({e!r})")
     if finish not in ("stop", "length", "eos"):
         # A cut-off or filtered reply is not an answer the target finished.
         return _Answer(i, error=f"finish_reason {finish!r} (expected stop or length)")
+    why = _malformed(msg, data, s.max_new_tokens)
+    if why:
+        return _Answer(i, error=why)
     turn, had_reasoning = assistant_message(msg, ss.reasoning, with_reasoning)
     usage = data.get("usage") or {}
     n_new = usage.get("completion_tokens")
     if not isinstance(n_new, int):  # llama.cpp and others may omit usage: count with our tokenizer
         n_new = len(tokenizer(turn["content"], add_special_tokens=False)["input_ids"])
+    if n_new > s.max_new_tokens + _SLACK_TOKENS:
+        return _Answer(i, error=f"{n_new} answer tokens for a max_tokens {s.max_new_tokens} request")
     row = {"index": i, "messages": msgs + [turn], "prompt_tokens": len(pids), "response_tokens": n_new, "finish": "eos" if finish != "length" else "length",
            "server_prompt_tokens": usage.get("prompt_tokens"), "reasoning": had_reasoning}
     return _Answer(i, row=row)
+
+
+_SLACK_TOKENS = 8  # servers count a stop token or two differently from us
+
+
+def _malformed(msg, data: dict, max_new: int) -> str | None:
+    """Why a 200 reply cannot be stored as an answer (None when it can)."""
+    if not isinstance(msg, dict):
+        return f"choices[0].message is {type(msg).__name__}, not an object"
+    if "content" not in msg and not (msg.get("reasoning_content") or msg.get("reasoning")):
+        return "reply without message.content (asked again on --resume)"
+    text = _text_content(msg)
+    if text is None:
+        return f"message.content is {type(msg['content']).__name__}, not text"
+    if len(text) > 64 * (max_new + _SLACK_TOKENS):  # no tokenizer makes 64 characters one token
+        return f"an answer of {len(text)} characters for a max_tokens {max_new} request"
+    usage = data.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        return f"usage is {type(usage).__name__}, not an object"
+    n = (usage or {}).get("completion_tokens")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+        return f"usage.completion_tokens {n!r} is not a token count"
+    return None
 
 
 @dataclass
