@@ -134,3 +134,50 @@ def test_partial_vocab_without_maps_is_refused(exported, tmp_path):
     _edit(d, lambda sd: (sd.pop("d2t"), sd.pop("t2d")))
     with pytest.raises(EaglewireError, match="no d2t/t2d but draft_vocab_size 40 < vocab_size 97"):
         _imp(d, tmp_path)
+
+
+@pytest.mark.parametrize("damage,msg", [
+    (lambda sd: sd["fc.weight"].view(-1).__setitem__(3, float("nan")), r"fc.weight has 1 non-finite values"),
+    (lambda sd: sd.__setitem__("norm.weight", torch.full_like(sd["norm.weight"], float("nan"))), "norm.weight has"),
+    (lambda sd: sd.__setitem__("fc.weight", sd["fc.weight"].to(torch.int32)), "fc.weight is int32, expected floating"),
+])
+def test_nan_and_integer_weights_are_refused_by_import_and_doctor(exported, tmp_path, damage, msg):
+    from eaglewire.doctor.engine_config import doctor_config
+
+    d, _ = exported
+    _edit(d, damage)
+    with pytest.raises(EaglewireError, match=msg):
+        _imp(d, tmp_path)
+    rep = doctor_config(d, "sglang", L, None, None, None)
+    values = next(c for c in rep.checks if c.name == "values")
+    assert not values.ok and rep.failed and msg.split(" ")[0].replace("\\", "") in values.detail
+
+
+@pytest.mark.parametrize("damage,msg", [(lambda sd: sd.pop("norm.weight"), r"missing \['norm.weight'\]"),
+                                        (lambda sd: sd.__setitem__("midlayer.extra.weight", torch.ones(2)),
+                                         r"unknown \['midlayer.extra.weight'\]")])
+def test_doctor_config_names_missing_and_unknown_tensors(exported, damage, msg):
+    from eaglewire.doctor.engine_config import doctor_config
+
+    d, _ = exported
+    assert not doctor_config(d, "sglang", L, None, None, None).failed  # the intact export passes
+    _edit(d, damage)
+    rep = doctor_config(d, "sglang", L, None, None, None)
+    tensors = next(c for c in rep.checks if c.name == "tensors")
+    assert not tensors.ok and rep.failed
+    import re
+
+    assert re.search(msg, tensors.detail), tensors.detail
+
+
+@pytest.mark.parametrize("content,msg", [(b"\xff\xfe garbage", "not valid JSON"), (b"[1, 2]", "expected a JSON object"),
+                                         (b'{"hidden_size": "abc"}', "expected a LlamaConfig's numbers")])
+def test_import_of_a_garbage_config_is_one_line(exported, tmp_path, content, msg):
+    d, _ = exported
+    if content.startswith(b"{"):  # a real config with one field of the wrong type
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["hidden_size"] = "abc"
+        content = json.dumps(cfg).encode()
+    (d / "config.json").write_bytes(content)
+    with pytest.raises(EaglewireError, match=msg):
+        _imp(d, tmp_path)

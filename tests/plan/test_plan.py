@@ -149,3 +149,23 @@ def test_a_stage_that_does_not_fit_one_device_is_sharded_and_the_table_prints(ti
     assert four["device_memory"]["train_drafter"] == one["device_memory"]["train_drafter"]  # replicated
     r = CliRunner().invoke(app, ["plan", "--target", "tiny:llama", "--samples", "10", "--seq-len", "64"])
     assert r.exit_code == 0 and "disk: feature shards" in r.output and "assumptions:" in r.output
+
+
+@pytest.mark.parametrize("change,msg", [
+    ({"num_hidden_layers": 10_000_000}, r"num_hidden_layers = 10000000: expected an integer in \[1, 10000\]"),
+    ({"num_attention_heads": 0}, "num_attention_heads = 0"),
+    ({"hidden_size": "abc"}, "hidden_size = 'abc'"),
+    ({"hidden_size": float("inf")}, "hidden_size = inf"),
+    ({"vocab_size": float("nan")}, "vocab_size = nan"),
+    ({"num_local_experts": 4, "num_experts_per_tok": 8}, r"num_experts_per_tok = 8: expected an integer in \[1, 4\]"),
+    ({"kv_lora_rank": 16, "qk_rope_head_dim": None}, "qk_rope_head_dim missing"),
+])
+def test_bad_config_fields_are_one_line_and_bounded(tmp_path, tiny_targets, change, msg):
+    """A config with 10^7 layers used to grow memory without bound; NaN, 0 heads or text a traceback."""
+    from eaglewire.infra.errors import EaglewireError
+    from eaglewire.plan.shape import formula_count
+
+    raw = json.loads((tiny_targets["llama"].path / "config.json").read_text())
+    raw.update(model_type="somebody_elses_arch", **change)
+    with pytest.raises(EaglewireError, match=msg):
+        formula_count(raw, "config.json")

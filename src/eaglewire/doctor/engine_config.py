@@ -8,10 +8,11 @@ with the training provenance, and prints the exact key and value to set.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from eaglewire.doctor.verdict import Report
-from eaglewire.export.formats import NOT_SERVABLE_KEY
+from eaglewire.export.formats import NOT_SERVABLE_KEY, read_config_json
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.points import Engine, Point, default_points, fed_points, ids_for_points
 from eaglewire.target.points import id_meanings as points_id_meanings
@@ -133,6 +134,8 @@ def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
         with safe_open(str(fp), framework="pt") as f:
             shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
     keys = set(shapes)
+    _check_names(keys, rep)
+    _check_values(files, rep)
     _check_shapes(cfg, shapes, rep)
     vocab, draft = cfg.get("vocab_size"), cfg.get("draft_vocab_size")
     if draft and vocab and draft < vocab:
@@ -142,6 +145,38 @@ def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
     has_fc = any(k.endswith("fc.weight") for k in keys)
     rep.add("fc", has_fc, "fc present (EAGLE-3 feature fusion)" if has_fc else "no fc weight: not an EAGLE-3 head",
             "export the EAGLE-3 checkpoint including fc.weight")
+
+
+_LAYER = ("input_layernorm", "hidden_norm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+          "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "post_attention_layernorm")
+_KNOWN = re.compile(r"^(embed_tokens|lm_head|fc|norm|fc_norm(\.\d+)?|(midlayer|layers\.\d+)\.(" +
+                    "|".join(re.escape(n) for n in _LAYER) + r"))\.weight$|^(d2t|t2d)$")
+
+
+def _check_names(keys: set[str], rep: Report) -> None:
+    """Every tensor the EAGLE-3 draft layer needs, and none an engine would not know where to put."""
+    first = "midlayer." if any(k.startswith("midlayer.") for k in keys) else "layers.0."
+    need = {"fc.weight", "norm.weight", *(f"{first}{n}.weight" for n in _LAYER)}
+    missing, extra = sorted(need - keys), sorted(k for k in keys if not _KNOWN.match(k))
+    rep.add("tensors", not missing and not extra,
+            "every draft-layer tensor present, none unknown" if not (missing or extra) else
+            f"missing {missing or 'none'}; unknown {extra[:5] or 'none'}",
+            "re-export from the eaglewire checkpoint (an engine loads missing tensors as random values, "
+            "or refuses unknown ones)")
+
+
+def _check_values(files: list[Path], rep: Report) -> None:
+    from safetensors import safe_open
+
+    from eaglewire.drafter.checkpoint import corrupt_weights
+
+    for fp in files:
+        with safe_open(str(fp), framework="pt") as f:
+            why = corrupt_weights({k: f.get_tensor(k) for k in f.keys()})
+        if why:
+            rep.add("values", False, f"{fp.name}: {why}", "re-export or retrain: these weights decode garbage or NaN")
+            return
+    rep.add("values", True, "all weights floating-point and finite")
 
 
 # Fields the engines read into the draft layer that no weight shape reveals, with the value an engine
@@ -197,19 +232,6 @@ def check_numerics(cfg: dict, trained_cfg: dict | None, rep: Report) -> None:
         rep.add("max positions", False, f"max_position_embeddings {served_len} < {trained_len} the drafter was built "
                 "with: the engine may refuse or truncate long contexts",
                 f'set "max_position_embeddings": {trained_len}', level="warning")
-
-
-def _read_config(d: Path) -> tuple[Path, dict]:
-    p = Path(d) / "config.json"
-    if not p.is_file():
-        raise EaglewireError(f"{d}: no config.json (expected a draft model directory)")
-    try:
-        cfg = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise EaglewireError(f"{p}: not valid JSON ({e}); expected the draft model's config.json") from e
-    if not isinstance(cfg, dict):
-        raise EaglewireError(f"{p}: expected a JSON object, got {type(cfg).__name__}")
-    return p, cfg
 
 
 def _check_points(rep: Report, cfg: dict, p: Path, engine: Engine, L: int, trained: list[str] | None) -> None:
@@ -279,7 +301,7 @@ def _not_servable(rep: Report, cfg: dict, d: Path, engine: Engine) -> bool:
 def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[str] | None, trained_sha: str | None,
                   serving_sha: str | None, trained_cfg: dict | None = None, arch: str | None = None) -> Report:
     rep = Report("config")
-    p, cfg = _read_config(d)
+    p, cfg = read_config_json(d)
     eng = Engine.parse(engine, arch)
     if eng.name not in ENGINES:
         raise EaglewireError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)} (optionally ==VERSION)")

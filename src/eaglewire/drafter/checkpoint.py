@@ -97,6 +97,8 @@ def check_state(model: Eagle3Drafter, sd: dict, where) -> None:
     for k, v in want.items():
         if tuple(sd[k].shape) != tuple(v.shape):
             raise EaglewireError(f"{where}: {k} has shape {list(sd[k].shape)}, config implies {list(v.shape)}")
+    if why := corrupt_weights(sd):
+        raise EaglewireError(f"{where}: {why}")
     d2t = sd["d2t"].long()
     tgt = d2t + torch.arange(d2t.numel())
     V = model.config.vocab_size
@@ -105,3 +107,20 @@ def check_state(model: Eagle3Drafter, sd: dict, where) -> None:
                              "(d2t must hold OFFSETS: target = draft + d2t[draft], not absolute ids)")
     if not torch.equal(torch.zeros(V, dtype=torch.bool).index_fill_(0, tgt, True), sd["t2d"].bool()):
         raise EaglewireError(f"{where}: t2d disagrees with d2t (t2d[target] must be True exactly for draft + d2t[draft])")
+
+
+def corrupt_weights(sd: dict[str, torch.Tensor]) -> str | None:
+    """Why these weights cannot be a trained drafter (integer or non-finite values), or None.
+
+    A NaN weight loads and decodes "fine" until the first sampled step fails on NaN
+    probabilities; an int32 weight is a conversion bug. d2t/t2d are integer and bool by design.
+    """
+    for k, v in sorted(sd.items()):
+        if k in ("d2t", "t2d"):
+            continue
+        if not v.is_floating_point():
+            return f"{k} is {str(v.dtype).replace('torch.', '')}, expected floating-point weights"
+        bad = int((~torch.isfinite(v)).sum())
+        if bad:
+            return f"{k} has {bad} non-finite values (NaN/inf) of {v.numel()}: corrupt weights"
+    return None

@@ -13,7 +13,9 @@ Format names: ``sglang`` (also SpecForge), ``vllm``, ``speculators``,
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import torch
 
@@ -236,3 +238,19 @@ def from_format_state(cfg: DrafterConfig, sd: dict[str, torch.Tensor]) -> dict[s
             raise EaglewireError(f"fc_norm.<i>.weight slots {sorted(slots)} are not 0..{len(slots) - 1}")
         out["fc_norm.weight"] = torch.cat([slots[i] for i in range(len(slots))])
     return out
+
+
+# --- reading a deployed config ---------------------------------------------------
+
+
+def read_config_json(d: Path) -> tuple[Path, dict]:
+    p = Path(d) / "config.json"
+    if not p.is_file():
+        raise EaglewireError(f"{d}: no config.json (expected a draft model directory)")
+    try:
+        cfg = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise EaglewireError(f"{p}: not valid JSON ({e}); expected the draft model's config.json") from e
+    if not isinstance(cfg, dict):
+        raise EaglewireError(f"{p}: expected a JSON object, got {type(cfg).__name__}")
+    return p, cfg

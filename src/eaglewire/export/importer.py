@@ -11,7 +11,6 @@ under `imported.inferred`. Unknown tensors are an error, never dropped.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -26,6 +25,7 @@ from eaglewire.export.formats import (
     NOT_SERVABLE_KEY,
     canonical,
     from_format_state,
+    read_config_json,
 )
 from eaglewire.export.options import ImportConfig
 from eaglewire.export.weights import read_weights
@@ -211,10 +211,9 @@ def run_import(cfg: ImportConfig) -> dict:
     replaced = check_replace(cfg.out, cfg.force, PROVENANCE, "checkpoint", sources=(src,))
     if cfg.layers_from:
         Engine.parse(cfg.layers_from)  # fails early, naming the accepted engines
-    cpath = src / "config.json"
-    if not cpath.is_file():
-        raise EaglewireError(f"{src}: no config.json")
-    raw = json.loads(cpath.read_text())
+    if not src.is_dir():
+        raise EaglewireError(f"{src}: not a directory (expected a draft model directory with config.json)")
+    cpath, raw = read_config_json(src)
     if isinstance(raw, dict) and NOT_SERVABLE_KEY in raw:  # ours, with no engine layout to read ids from
         why = "; ".join(r for rs in (raw[NOT_SERVABLE_KEY] or {}).values() for r in rs)
         raise EaglewireError(f"{cpath}: an eaglewire checkpoint that no engine serves as is ({why}): it needs no "
@@ -223,7 +222,15 @@ def run_import(cfg: ImportConfig) -> dict:
     fmt = detect_format(raw, files) if cfg.format == "auto" else canonical(cfg.format)
     notes = Notes()
     sd, wfile = read_weights(src, fmt)
-    dcfg = drafter_config(fmt, raw, sd, notes)
+    from huggingface_hub.errors import (
+        StrictDataclassError,  # transformers 5 validates config fields with it
+    )
+
+    try:
+        dcfg = drafter_config(fmt, raw, sd, notes)
+    except (TypeError, ValueError, KeyError, AttributeError, StrictDataclassError) as e:
+        raise EaglewireError(f"{cpath}: {type(e).__name__}: {e} (expected a LlamaConfig's numbers, e.g. "
+                             "\"hidden_size\": 2048)") from e
     sd = from_format_state(dcfg, sd)
     L, target, chat_sha = _target_facts(cfg, sd, dcfg, notes)
     _fill_vocab_maps(dcfg, sd, notes)

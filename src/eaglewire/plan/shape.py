@@ -12,6 +12,7 @@ over the usual config fields, and the result says which fields it read.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -84,19 +85,31 @@ class _Fields:
             raise EaglewireError(f"{self.where}: field {names[0]} missing (needed to size the target)")
         return default
 
+    def count(self, *names: str, default=None, required: bool = False, lo: int = 1, hi: int = 10**7) -> int:
+        """An integer field in [lo, hi]: "abc", NaN, Infinity, 0 heads or 10^7 layers are refused in one line
+        (a meta-device model of 10^7 layers would grow memory without bound)."""
+        v = self.get(*names, default=default, required=required)
+        ok = isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and math.isfinite(v) and v == int(v)
+        if not ok or not lo <= int(v) <= hi:
+            name = next((n for n in names if n in self.raw), names[0])
+            raise EaglewireError(f"{self.where}: field {name} = {v!r}: expected an integer in [{lo}, {hi}]")
+        return int(v)
+
 
 def _geometry(f: _Fields) -> dict:
-    H = int(f.get("hidden_size", "d_model", "n_embd", required=True))
-    heads = int(f.get("num_attention_heads", "n_head", required=True))
-    g = {"num_layers": int(f.get("num_hidden_layers", "n_layer", "num_layers", required=True)), "hidden_size": H,
-         "num_heads": heads, "num_kv_heads": int(f.get("num_key_value_heads", default=heads)),
-         "head_dim": int(f.get("head_dim", default=H // heads)), "vocab_size": int(f.get("vocab_size", required=True)),
-         "intermediate_size": int(f.get("intermediate_size", "ffn_dim", default=4 * H)),
+    H = f.count("hidden_size", "d_model", "n_embd", required=True, hi=10**6)
+    heads = f.count("num_attention_heads", "n_head", required=True, hi=H)
+    g = {"num_layers": f.count("num_hidden_layers", "n_layer", "num_layers", required=True, hi=10_000), "hidden_size": H,
+         "num_heads": heads, "num_kv_heads": f.count("num_key_value_heads", default=heads, hi=heads),
+         "head_dim": f.count("head_dim", default=max(H // heads, 1), hi=H), "vocab_size": f.count("vocab_size", required=True),
+         "intermediate_size": f.count("intermediate_size", "ffn_dim", default=4 * H),
          "tie_word_embeddings": bool(f.get("tie_word_embeddings", default=False)),
-         "num_experts": int(f.get(*EXPERT_KEYS, default=0) or 0)}
-    g["experts_per_token"] = int(f.get("num_experts_per_tok", "moe_topk", default=2)) if g["num_experts"] else 0
+         "num_experts": f.count(*EXPERT_KEYS, default=0, lo=0, hi=100_000)}
+    g["experts_per_token"] = (f.count("num_experts_per_tok", "moe_topk", default=2, hi=g["num_experts"])
+                              if g["num_experts"] else 0)
     if f.raw.get("kv_lora_rank"):  # MLA (DeepSeek-V2/V3): the cache holds the latent and the rope key only
-        g["kv_values_per_token_per_layer"] = int(f.get("kv_lora_rank")) + int(f.get("qk_rope_head_dim"))
+        g["kv_values_per_token_per_layer"] = (f.count("kv_lora_rank", hi=H)
+                                              + f.count("qk_rope_head_dim", required=True, hi=H))
     else:
         g["kv_values_per_token_per_layer"] = 2 * g["num_kv_heads"] * g["head_dim"]
     return g
@@ -112,7 +125,7 @@ def _attention_params(f: _Fields, g: dict) -> int:
         bias += H if f.get("attention_bias", default=False) else 0  # o_proj bias
         qk_norm = 2 * hd if mt.startswith("qwen3") else 0  # Qwen3's per-head q/k RMSNorm
         return H * nh * hd + 2 * H * nkv * hd + nh * hd * H + bias + qk_norm
-    rope, nope, v = int(f.get("qk_rope_head_dim")), int(f.get("qk_nope_head_dim")), int(f.get("v_head_dim"))
+    rope, nope, v = (f.count(k, required=True, hi=H) for k in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"))
     q_lora = f.get("q_lora_rank")
     q = H * q_lora + q_lora + q_lora * nh * (nope + rope) if q_lora else H * nh * (nope + rope)
     return q + H * (kv_lora + rope) + kv_lora + kv_lora * nh * (nope + v) + nh * v * H
