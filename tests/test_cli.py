@@ -116,3 +116,10 @@ def test_building_the_cli_imports_no_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_version_matches_the_package_metadata():
+    from importlib.metadata import version
+
+    r = subprocess.run([sys.executable, "-m", "eaglewire.cli", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == f"eaglewire {version('eaglewire')}"

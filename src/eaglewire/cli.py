@@ -16,6 +16,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Train, run, export and verify EAGLE-3 drafters with provably right hidden-state wiring.")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from eaglewire import __version__
+
+        print(f"eaglewire {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", help="print the version and exit", is_eager=True,
+                                       callback=_version)) -> None:
+    """Train, run, export and verify EAGLE-3 drafters with provably right hidden-state wiring."""
+
+
 def _register_stages() -> None:
     """Stage modules add their own commands (they import lazily inside `run`)."""
     import importlib

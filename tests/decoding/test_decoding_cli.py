@@ -112,3 +112,16 @@ def test_auto_shape_picks_the_fastest_measured_shape(tiny_targets, llama_ckpt):
     assert res["best"] == max(res["shapes"], key=lambda r: r["speedup_vs_plain"])
     assert all(r["tau"] is not None and r["tau"] >= 1 for r in res["shapes"])
     assert [r["min_prob"] for r in res["shapes"]] == [0.0, 0.01]
+
+
+def test_generate_defaults_to_the_drafters_target_and_says_when_rounds_went_undrafted(tiny_drafter):
+    """No --target: the drafter's recorded target (tiny:llama), not `default` and a fingerprint refusal."""
+    from support.cli import run_cli
+
+    ckpt, _ = tiny_drafter
+    r = run_cli("generate", "--drafter", ckpt, "--prompt", "Tell me about the sea.", "--max-new-tokens", 12,
+                "--mode", "chain", "--min-prob", 0.999)
+    assert r.returncode == 0, r.stderr
+    assert "rounds had no draft above --min-prob 0.999" in r.stderr
+    r = run_cli("generate", "--drafter", ckpt, "--prompt", "Tell me about the sea.", "--max-new-tokens", 12, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["generated_tokens"] > 0

@@ -32,7 +32,8 @@ class _DraftShape:
 @dataclass(kw_only=True)
 class DecodeConfig(_DraftShape):
     prompt: str = opt(help="the user message (or raw text with --no-chat)")
-    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
+    target: str = opt("", "target: default, tiny:<arch>, an HF model dir or a .gguf file; default: the target the "
+                      "drafter records, else `default`")
     drafter: Path | None = opt(None, "drafter checkpoint directory; without it decoding is plain")
     mode: str = opt("tree", "plain, chain or tree (chain and tree need a drafter)", choices=("plain", "chain", "tree"))
     temperature: float = opt(0.0, "0 = greedy (exactly the target's greedy output)", ge=0)
@@ -53,7 +54,8 @@ class BenchConfig(_DraftShape):
     drafter: Path = opt(help="drafter checkpoint directory (or a training run directory)")
     prompts: Path | None = opt(None, 'JSONL: {"prompt": ..., "category": ...} or {"messages": [...]} per line; '
                                "default: the shipped held-out set (54 prompts, 9 categories)")
-    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
+    target: str = opt("", "target: default, tiny:<arch>, an HF model dir or a .gguf file; default: the target the "
+                      "drafter records, else `default`")
     max_new_tokens: int = opt(64, "max generated tokens per prompt (every method)", ge=1)
     max_prompts: int = opt(0, "use only N prompts (0 = all), taken round-robin over the categories", ge=0)
     repeats: int = opt(1, "timed passes over the prompts (ratios per pass -> median and range)", ge=1)
@@ -75,11 +77,23 @@ def _load(cfg):
     from eaglewire.target.load import load_target
 
     dev = resolve_device(cfg.device)
-    target = load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
+    target = load_target(_target_source(cfg), device=dev, dtype=resolve_dtype(cfg.dtype, dev))
     if cfg.drafter is None:
         return target, None, None
     drafter, points, _ = load_drafter_for(target, cfg.drafter, force=cfg.force)
     return target, drafter, points
+
+
+def _target_source(cfg) -> str:
+    """--target, else the drafter's recorded target (loading `default` under another target's drafter
+    would only end in a fingerprint refusal), else the embedded default target."""
+    if cfg.target:
+        return cfg.target
+    if cfg.drafter is not None:
+        from eaglewire.drafter.checkpoint import read_provenance
+
+        return read_provenance(cfg.drafter).target.source or "default"
+    return "default"
 
 
 def _spec_cfg(cfg, mode: str, device):
@@ -100,8 +114,10 @@ def run_generate(cfg: DecodeConfig) -> dict:
     target, drafter, points = _load(cfg)
     eng = SpecEngine(target, drafter, points)
     ids = eng.encode(cfg.prompt, chat=cfg.chat)
-    res = eng.generate(ids, _spec_cfg(cfg, cfg.mode if drafter is not None else "plain", target.device)).to_dict()
+    spec = _spec_cfg(cfg, cfg.mode if drafter is not None else "plain", target.device)
+    res = eng.generate(ids, spec).to_dict()
     res["mode"] = cfg.mode if drafter is not None else "plain"
+    res["min_prob"] = spec.min_prob
     emit(res, cfg.json, _print_generated)
     return res
 
@@ -112,6 +128,10 @@ def _print_generated(res: dict) -> None:
     tau = f"tau {res['tau']:.2f}, " if res["tau"] else ""
     print(f"[{res['mode']}: {res['generated_tokens']} tokens, {tau}{res['tokens_per_s']:.1f} tok/s, "
           f"finish: {res['finish_reason']}]", file=sys.stderr)
+    gated, rounds = res.get("rounds_without_drafts", 0), res.get("verify_steps", 0)
+    if res["mode"] != "plain" and gated:
+        print(f"[{gated} of {rounds} rounds had no draft above --min-prob {res.get('min_prob')}: those rounds "
+              "decoded one token each]", file=sys.stderr)
 
 
 def run_bench_cmd(cfg: BenchConfig) -> dict:
