@@ -125,3 +125,13 @@ def test_generate_defaults_to_the_drafters_target_and_says_when_rounds_went_undr
     assert "rounds had no draft above --min-prob 0.999" in r.stderr
     r = run_cli("generate", "--drafter", ckpt, "--prompt", "Tell me about the sea.", "--max-new-tokens", 12, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["generated_tokens"] > 0
+
+
+def test_a_non_string_category_is_one_line(tmp_path):
+    from eaglewire.decoding.cli import _categories
+    from eaglewire.infra.errors import EaglewireError
+
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"prompt": "a", "category": "math"}\n{"prompt": "b", "category": ["x", "y"]}\n')
+    with pytest.raises(EaglewireError, match=r"p.jsonl:2: category \['x', 'y'\]: expected a string"):
+        _categories(p, 2)

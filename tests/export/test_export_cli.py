@@ -44,3 +44,15 @@ def test_force_never_deletes_a_foreign_directory_or_the_input(tmp_path):
     assert (tmp_path / "v" / "model.safetensors").is_file()
     r = _run("export", str(ck), "--format", "vllm", "--out", str(ck), "--force")
     assert r.returncode == 2 and "never replaces the input" in r.stderr and (ck / "eaglewire.json").is_file()
+
+
+def test_a_checkpoint_imported_without_its_target_gets_one_line_errors_not_crashes(tmp_path):
+    """`import --target-layers N` records no target: every consumer says so (and how to proceed) in one line."""
+    ck, _ = make_ckpt(tmp_path / "ck")
+    assert _run("export", str(ck), "--format", "sglang", "--out", str(tmp_path / "s")).returncode == 0
+    assert _run("import", str(tmp_path / "s"), "--out", str(tmp_path / "i"), "--target-layers", "8").returncode == 0
+    for args in (["generate", "--drafter", str(tmp_path / "i"), "--prompt", "hi", "--target", "tiny:llama"],
+                 ["doctor", "drafter", str(tmp_path / "i"), "--data", str(tmp_path)]):
+        r = _run(*args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+        assert "--target" in r.stderr or "--force" in r.stderr

@@ -197,3 +197,26 @@ def test_a_resumed_run_reads_the_same_samples_in_the_same_order(tiny_dataset, tm
     run_train(_cfg(tiny_dataset, tmp_path / "b", max_steps=steps, save_every=1, resume=True))
     assert seen == full and len(full) == steps
     assert len({tuple(s) for s in full[:5]}) == 5  # not one batch repeated
+
+
+class _Evil:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch PWNED_BY_OPTIMIZER_PT",))
+
+
+def test_a_malicious_optimizer_state_is_refused_in_one_line(tiny_dataset, tmp_path, monkeypatch):
+    """--resume loads optimizer.pt with weights_only: a pickled object is never run, and the error is one line."""
+    import pickle
+
+    from eaglewire.infra.errors import EaglewireError
+
+    out = tmp_path / "r"
+    run_train(_cfg(tiny_dataset, out, max_steps=2, save_every=1))
+    (out / "drafter").rename(tmp_path / "done")  # keep the state, as a run killed before its end would
+    (out / "state" / "optimizer.pt").write_bytes(pickle.dumps(_Evil(), protocol=2))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(EaglewireError, match="optimizer.pt: not an optimizer state eaglewire wrote"):
+        run_train(_cfg(tiny_dataset, out, max_steps=2, save_every=1, resume=True))
+    assert not (tmp_path / "PWNED_BY_OPTIMIZER_PT").exists()

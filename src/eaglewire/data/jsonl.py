@@ -10,21 +10,43 @@ from eaglewire.infra.atomic import atomic_file
 from eaglewire.infra.errors import EaglewireError
 
 
-def read_jsonl(path: Path, tolerate_partial_tail: bool = True) -> list[dict]:
+def read_jsonl(path: Path, tolerate_partial_tail: bool = True, check=None) -> list[dict]:
+    """Rows of a JSONL file; `check(row)` returns why a row is unusable (None when it is fine)."""
     rows = []
     if not path.exists():
         return rows
-    lines = path.read_text().split("\n")
+    try:
+        lines = path.read_bytes().decode("utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise EaglewireError(f"{path}:{line}: not UTF-8 (byte 0x{e.object[e.start]:02x}); expected a UTF-8 JSONL file") from None
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as e:
             if tolerate_partial_tail and n == len(lines):  # unterminated last line: writer was killed
                 break
             raise EaglewireError(f"{path}:{n}: invalid JSON ({e.msg})") from e
+        why = "expected a JSON object" if not isinstance(row, dict) else (check(row) if check else None)
+        if why:
+            raise EaglewireError(f"{path}:{n}: {why}")
+        rows.append(row)
     return rows
+
+
+def response_problem(row: dict) -> str | None:
+    """Why a `responses.jsonl` row cannot be rendered with the chat template (None when it can)."""
+    if "messages" not in row:
+        return None  # a skipped-prompt record: no answer to train on
+    msgs = row["messages"]
+    if not isinstance(msgs, list) or not msgs:
+        return f"messages is {msgs!r:.40}: expected a list of {{role, content}} objects"
+    for m in msgs:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            return f"message {m!r:.60}: expected an object with string role and content"
+    return None
 
 
 def rewrite_jsonl(path: Path, rows: list[dict]) -> None:

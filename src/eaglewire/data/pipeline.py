@@ -272,10 +272,10 @@ def _adopt_recorded(cfg, recorded: dict, where: Path):
 @_locked
 def run_extract(cfg, target=None) -> dict:
     from eaglewire.data.extract import ExtractSettings
-    from eaglewire.data.jsonl import read_jsonl
+    from eaglewire.data.jsonl import read_jsonl, response_problem
     from eaglewire.target.points import point_option
 
-    rows = [r for r in read_jsonl(cfg.data / RESPONSES) if "messages" in r]
+    rows = [r for r in read_jsonl(cfg.data / RESPONSES, check=response_problem) if "messages" in r]
     if not rows:
         raise EaglewireError(f"{cfg.data / RESPONSES}: no responses (run `eaglewire data generate` first)")
     cfg = _settings_from_manifest(cfg)

@@ -150,10 +150,13 @@ def heldout_prompts_path() -> Path:
 def _categories(path: Path, n: int) -> list[str]:
     cats = []
     with open(path, encoding="utf-8") as f:
-        for line in f:
+        for k, line in enumerate(f, 1):
             if line.strip():
                 obj = json.loads(line)
-                cats.append(obj.get("category", "all") if isinstance(obj, dict) else "all")
+                cat = obj.get("category", "all") if isinstance(obj, dict) else "all"
+                if not isinstance(cat, str):
+                    raise EaglewireError(f"{path}:{k}: category {cat!r}: expected a string")
+                cats.append(cat)
     return cats[:n] if len(cats) >= n else ["all"] * n
 
 

@@ -30,12 +30,12 @@ from eaglewire.training.loop import TrainInputs
 
 def read_responses(data: Path) -> list[dict]:
     """The rows extraction would read, or one line naming the missing/empty file."""
-    from eaglewire.data.jsonl import read_jsonl
+    from eaglewire.data.jsonl import read_jsonl, response_problem
 
     path = Path(data) / RESPONSES
     if not path.is_file():
         raise EaglewireError(f"{path}: missing (--online trains on the answers `eaglewire data generate` writes there)")
-    rows = [r for r in read_jsonl(path) if "messages" in r]
+    rows = [r for r in read_jsonl(path, check=response_problem) if "messages" in r]
     if not rows:
         raise EaglewireError(f"{path}: no responses (run `eaglewire data generate` first)")
     return rows

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import csv
 import json
+import pickle
 from pathlib import Path
 
 import torch
 
 from eaglewire.drafter.checkpoint import load_state
-from eaglewire.infra.atomic import atomic_dir
+from eaglewire.infra.atomic import atomic_dir, read_json
 from eaglewire.infra.errors import EaglewireError
 
 
@@ -67,5 +68,10 @@ def load_run_state(out: Path, model, opt) -> dict:
     if not (st / "meta.json").is_file():
         raise EaglewireError(f"{out}: --resume but no saved state in {st}")
     model.load_state_dict(load_state(st / "model.safetensors"), strict=True)
-    opt.load_state_dict(torch.load(st / "optimizer.pt", weights_only=True))
-    return json.loads((st / "meta.json").read_text())
+    try:
+        # weights_only: tensors and plain containers only; anything else (a pickled object) is refused
+        opt.load_state_dict(torch.load(st / "optimizer.pt", weights_only=True))
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError) as e:
+        raise EaglewireError(f"{st / 'optimizer.pt'}: not an optimizer state eaglewire wrote (refused: "
+                             f"{str(e).splitlines()[0][:160]}); start a new --out or remove {st}") from e
+    return read_json(st / "meta.json", "no meta.json")
