@@ -268,3 +268,18 @@ def test_seeds_kimi_ids_served_by_sglang_0_5_23(tmp_path):
     cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [3, 31, 59]
     (d / "config.json").write_text(json.dumps(cfg))
     assert not doctor_config(d, "sglang==0.5.23", 61, trained, None, None, arch=kimi).failed
+
+
+def test_offline_acceptance_counts_positions_like_vllm(tiny_drafter, tiny_targets):
+    """Position i is accepted at a start when the first i+1 drafts match: from chain_stats' histogram."""
+    from eaglewire.doctor.drafter import chain_stats
+    from eaglewire.doctor.live import offline_acceptance
+
+    ckpt, data = tiny_drafter
+    model, _ = load_checkpoint(ckpt)
+    head = tiny_targets["llama"].model.get_output_embeddings().weight.float()
+    acc = offline_acceptance(model, data, head, 3, 16)
+    hist = chain_stats(model, __import__("eaglewire.data.dataset", fromlist=["x"]).FeatureDataset(data), head, 16, 3)["accept_hist"]
+    assert acc.drafts == sum(hist)
+    assert acc.accepted_per_pos == [hist[1] + hist[2] + hist[3], hist[2] + hist[3], hist[3]]
+    assert acc.accepted_per_pos[0] >= acc.accepted_per_pos[1] >= acc.accepted_per_pos[2]

@@ -88,6 +88,13 @@ def test_served_acceptance_equals_ours_per_position(vllm_python, served_run, tmp
     with _server(vllm_python, target, _export(run, tmp_path / "vllm"), depth, tmp_path / "vllm.log") as srv:
         served, served_depth = served_acceptance(srv.spec.url, prompts, 48)
         rep = doctor_live(srv.spec.url, engine, prompts, 48)
+        if depth == 2:  # the path for targets too big to run here: dataset prompts, offline prediction
+            off = subprocess.run([*EW, "doctor", "live", "--server", srv.spec.url, "--drafter", str(run), "--target",
+                                  str(target), "--data", str(run.parent / "ds"), "--num-prompts", "16",
+                                  "--max-new-tokens", "48", "--json"], capture_output=True, text=True, timeout=600)
+            assert off.returncode == 0, off.stdout[-3000:] + off.stderr[-2000:]
+            res = json.loads(off.stdout)
+            assert "offline estimate" in res["checks"][1]["detail"] and res["served"]["drafts"] > 0
     ours = predicted_acceptance(engine, prompts, depth, 48)
     assert served_depth == depth
     assert served.drafts == ours.drafts and served.accepted_per_pos == ours.accepted_per_pos

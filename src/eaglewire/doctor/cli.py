@@ -169,10 +169,16 @@ class DoctorLiveConfig:
     prompts: Path | None = opt(None, "JSONL prompts; default: the shipped held-out set")
     num_prompts: int = opt(8, "prompts to send (round-robin over categories)", ge=1)
     max_new_tokens: int = opt(64, "tokens per prompt", ge=1)
+    data: Path | None = opt(None, "for a target too big to run here: a dataset built from the prompts to send "
+                            "(`data build --prompts`); its prompts are sent, and the prediction is the offline "
+                            "acceptance on its stored features (an estimate: catches collapsed acceptance, not a "
+                            "slightly shifted slot)")
     json: bool = json_flag()
 
 
 def run_live(cfg: DoctorLiveConfig) -> None:
+    if cfg.data is not None:
+        return _run_live_offline(cfg)
     from eaglewire.decoding.cli import encode_prompt_file, heldout_prompts_path
     from eaglewire.decoding.compat import load_drafter_for
     from eaglewire.decoding.engine import SpecEngine
@@ -188,6 +194,30 @@ def run_live(cfg: DoctorLiveConfig) -> None:
     arch = (t.config.architectures or [t.config.model_type])[0]
     static = static_check_for(cfg.served_drafter or _recorded_export(ckpt), [p.name for p in points], t.num_layers, arch)
     rep = doctor_live(cfg.server.rstrip("/"), engine, prompts, cfg.max_new_tokens, static)
+    rep.print(cfg.json)
+    raise typer.Exit(rep.exit_code())
+
+
+def _run_live_offline(cfg: DoctorLiveConfig) -> None:
+    """No target in memory: its tokenizer renders the dataset's prompts, its lm_head (read alone) scores drafts."""
+    from eaglewire.data.jsonl import read_jsonl, response_problem
+    from eaglewire.data.lossmask import encode, render
+    from eaglewire.data.options import RESPONSES
+    from eaglewire.doctor.live import doctor_live, offline_acceptance, static_check_for
+    from eaglewire.drafter.checkpoint import load_checkpoint, resolve_dir
+    from eaglewire.target.load import load_head_weight, load_tokenizer
+
+    ckpt = resolve_dir(cfg.drafter)
+    model, prov = load_checkpoint(ckpt)
+    source = _target_source(cfg.target, prov.target.source, cfg.drafter)
+    tok, head_w = load_tokenizer(source), load_head_weight(source)
+    rows = sorted(read_jsonl(cfg.data / RESPONSES, check=response_problem), key=lambda r: r.get("index", 0))
+    prompts = [encode(tok, render(tok, r["messages"][:-1], add_generation_prompt=True))
+               for r in rows if r.get("messages")][: cfg.num_prompts]
+    static = static_check_for(cfg.served_drafter or _recorded_export(ckpt), prov.point_names or [], prov.num_layers,
+                              prov.fingerprint.model_type)
+    rep = doctor_live(cfg.server.rstrip("/"), None, prompts, cfg.max_new_tokens, static,
+                      offline=lambda depth: offline_acceptance(model, cfg.data, head_w, depth, 64))
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 

@@ -201,3 +201,21 @@ def load_tokenizer(source: str):
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def load_head_weight(source: str) -> torch.Tensor:
+    """The target's lm_head weight [V, H] alone, read from its safetensors shards (the embedding when tied).
+
+    For targets too big to load here: `doctor live --data` needs only the head to
+    turn stored final-norm features into the target's next tokens.
+    """
+    from safetensors import safe_open
+
+    d = resolve_target_dir(source)
+    files = sorted(d.glob("*.safetensors"))
+    for key in ("lm_head.weight", "model.embed_tokens.weight"):  # tied heads store only the embedding
+        for fp in files:
+            with safe_open(str(fp), framework="pt") as f:
+                if key in f.keys():
+                    return f.get_tensor(key).float()
+    raise EaglewireError(f"target {source!r}: no lm_head.weight or model.embed_tokens.weight in {d}/*.safetensors")
