@@ -135,3 +135,16 @@ def test_a_non_string_category_is_one_line(tmp_path):
     p.write_text('{"prompt": "a", "category": "math"}\n{"prompt": "b", "category": ["x", "y"]}\n')
     with pytest.raises(EaglewireError, match=r"p.jsonl:2: category \['x', 'y'\]: expected a string"):
         _categories(p, 2)
+
+
+@pytest.mark.parametrize("content", [b"garbage{", b"[1, 2]", b'{"format": "eaglewire-drafter", "version": 1, "points": 5}'])
+def test_a_garbage_provenance_is_one_line(llama_ckpt, tmp_path, content):
+    import shutil
+
+    from support.cli import run_cli
+
+    bad = tmp_path / "bad"
+    shutil.copytree(llama_ckpt, bad)
+    (bad / "eaglewire.json").write_bytes(content)
+    r = run_cli("generate", "--drafter", bad, "--target", "tiny:llama", "--prompt", "hi", "--max-new-tokens", 2)
+    assert r.returncode == 2 and "eaglewire.json" in r.stderr and r.stderr.count("\n") == 1, r.stderr

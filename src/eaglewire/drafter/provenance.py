@@ -72,6 +72,8 @@ class Provenance:
         if raw.get("format") not in (FORMAT, None) or raw.get("version", 1) not in (1, VERSION):
             raise EaglewireError(f"{where}: format {raw.get('format')!r} v{raw.get('version')}, "
                                  f"expected {FORMAT} v1 or v{VERSION}")
+        if raw.get("points") is not None and not isinstance(raw["points"], dict):
+            raise EaglewireError(f"{where}: points is {raw['points']!r:.40}: expected an object with a 'names' list")
         target = _target(raw, where)
         names = (raw.get("points") or {}).get("names") if isinstance(raw.get("points"), dict) else None
         points = None
