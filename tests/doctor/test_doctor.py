@@ -270,16 +270,15 @@ def test_seeds_kimi_ids_served_by_sglang_0_5_23(tmp_path):
     assert not doctor_config(d, "sglang==0.5.23", 61, trained, None, None, arch=kimi).failed
 
 
-def test_offline_acceptance_counts_positions_like_vllm(tiny_drafter, tiny_targets):
-    """Position i is accepted at a start when the first i+1 drafts match: from chain_stats' histogram."""
-    from eaglewire.doctor.drafter import chain_stats
-    from eaglewire.doctor.live import offline_acceptance
+def test_offline_rounds_are_replayed_like_a_greedy_server():
+    """Rounds start at the first answer position and hop over what was accepted plus the bonus token."""
+    from eaglewire.doctor.live import Acceptance, _walk_rounds
 
-    ckpt, data = tiny_drafter
-    model, _ = load_checkpoint(ckpt)
-    head = tiny_targets["llama"].model.get_output_embeddings().weight.float()
-    acc = offline_acceptance(model, data, head, 3, 16)
-    hist = chain_stats(model, __import__("eaglewire.data.dataset", fromlist=["x"]).FeatureDataset(data), head, 16, 3)["accept_hist"]
-    assert acc.drafts == sum(hist)
-    assert acc.accepted_per_pos == [hist[1] + hist[2] + hist[3], hist[2] + hist[3], hist[3]]
-    assert acc.accepted_per_pos[0] >= acc.accepted_per_pos[1] >= acc.accepted_per_pos[2]
+    acc = Acceptance(accepted_per_pos=[0, 0])
+    #        t: 0  1  2  3  4  5  6  7
+    run = [9, 2, 0, 1, 2, 0, 1, 0]  # leading matches at each start (position 0 is prompt: not a start)
+    starts = [False, True, True, True, True, True, True, True]
+    _walk_rounds([min(r, 2) for r in run], starts, acc)
+    # rounds at t=1 (2 accepted) -> t=4 (2) -> t=7 (0): 3 rounds, position 0 accepted twice, position 1 twice
+    assert acc.drafts == 3 and acc.accepted_per_pos == [2, 2]
+    assert acc.mean_length == 1 + 4 / 3
