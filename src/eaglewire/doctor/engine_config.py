@@ -131,8 +131,13 @@ def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
         return
     shapes = {}
     for fp in files:
-        with safe_open(str(fp), framework="pt") as f:
-            shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
+        try:
+            with safe_open(str(fp), framework="pt") as f:
+                shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
+        except Exception as e:  # noqa: BLE001  a directory, a symlink loop, garbage bytes: a verdict, not a traceback
+            rep.add("weights", False, f"{fp.name}: cannot be read as safetensors ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0][:120]})", "re-export the drafter (config.json + model.safetensors)")
+            return
     keys = set(shapes)
     _check_names(keys, rep)
     _check_values(files, rep)
