@@ -48,6 +48,12 @@ class Acceptance:
         """1 + accepted drafts per round (vLLM's 'mean acceptance length'; tau with the bonus token)."""
         return 1 + sum(self.accepted_per_pos) / self.drafts if self.drafts else None
 
+    def add_round(self, accepted: int) -> None:
+        """One round that drafted: positions 0 .. accepted-1 were accepted (vLLM's per-position counter)."""
+        self.drafts += 1
+        for p in range(min(accepted, len(self.accepted_per_pos))):
+            self.accepted_per_pos[p] += 1
+
     def rates(self) -> list[float]:
         return [a / self.drafts if self.drafts else 0.0 for a in self.accepted_per_pos]
 
@@ -76,9 +82,7 @@ def predicted_acceptance(engine, prompts: list[list[int]], depth: int, max_new_t
         acc.outputs.append(r.token_ids)
         for s in r.metrics.steps:
             if s.drafted:
-                acc.drafts += 1
-                for p in range(min(s.accepted, depth)):
-                    acc.accepted_per_pos[p] += 1
+                acc.add_round(s.accepted)
     return acc
 
 
@@ -115,9 +119,7 @@ def offline_acceptance(model, data_dir: Path, head_w, depth: int, num_samples: i
 def _walk_rounds(run: list[int], starts: list[bool], acc: Acceptance) -> None:
     t = next((k for k, s in enumerate(starts) if s), len(starts))
     while t < len(starts) and starts[t]:
-        acc.drafts += 1
-        for p in range(run[t]):
-            acc.accepted_per_pos[p] += 1
+        acc.add_round(run[t])
         t += run[t] + 1
 
 
@@ -132,7 +134,7 @@ def tolerance(predicted_count: int, drafts: int) -> float:
 
 
 def engine_of(url: str) -> Engine:
-    version = str(http_json(url + "/version", timeout=30).get("version", "")) or None
+    version = str(http_json(url, "/version", timeout=30).get("version", "")) or None
     return Engine("vllm", version)
 
 

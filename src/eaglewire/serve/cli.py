@@ -101,10 +101,9 @@ def run_serve(cfg: ServeConfig) -> dict:
         if rep is not None and rep.failed:
             rep.print(cfg.json)
             raise EaglewireError(f"{spec.url}: the served acceptance differs from eaglewire's (table above); server stopped")
-        if cfg.check_only:
-            emit(res, cfg.json, lambda r: _human(r, rep))
-            return res
         emit(res, cfg.json, lambda r: _human(r, rep))
+        if cfg.check_only:
+            return res
         print(f"ready: {spec.url} (OpenAI-compatible; Ctrl-C stops)", flush=True)
         server.proc.wait()
         raise EaglewireError(f"vLLM server exited ({server.proc.returncode}); log {server.log}: {server.log_tail()}")

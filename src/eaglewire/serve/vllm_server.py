@@ -140,16 +140,14 @@ class VllmServer:
 # --- talking to a running server ------------------------------------------------
 
 
-def http_json(url: str, body: dict | None = None, timeout: float = 300) -> dict:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+def http_json(url: str, path: str, body: dict | None = None, timeout: float = 300) -> dict:
+    """One JSON request through the client `data generate --server` uses (whole-request deadline, one retry)."""
+    from eaglewire.data.server import ChatClient, RequestFailed
+
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read().decode())
-    except urllib.error.HTTPError as e:
-        raise EaglewireError(f"{url}: HTTP {e.code} ({e.read()[:300].decode(errors='replace')})") from e
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        raise EaglewireError(f"{url}: no usable answer ({e})") from e
+        return ChatClient(url, timeout_s=timeout, retries=1, backoff_s=1.0).request(path, body)[0]
+    except RequestFailed as e:
+        raise EaglewireError(f"{url}{path}: {e}") from e
 
 
 def http_text(url: str, timeout: float = 60) -> str:
@@ -161,7 +159,7 @@ def http_text(url: str, timeout: float = 60) -> str:
 
 
 def served_model(url: str) -> str:
-    models = http_json(url + "/v1/models", timeout=30).get("data") or []
+    models = http_json(url, "/v1/models", timeout=30).get("data") or []
     if not models:
         raise EaglewireError(f"{url}/v1/models: the server lists no model")
     return models[0]["id"]
@@ -171,7 +169,7 @@ def complete_ids(url: str, model: str, prompt_ids: list[int], max_tokens: int) -
     """Greedy completion of a tokenized prompt; the generated token ids (no chat template is applied twice)."""
     body = {"model": model, "prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0,
             "return_token_ids": True, "skip_special_tokens": False}
-    choice = (http_json(url + "/v1/completions", body).get("choices") or [{}])[0]
+    choice = (http_json(url, "/v1/completions", body).get("choices") or [{}])[0]
     ids = choice.get("token_ids")
     if not isinstance(ids, list):
         raise EaglewireError(f"{url}/v1/completions: no token_ids in the answer (vLLM >= 0.10.2 returns them)")
