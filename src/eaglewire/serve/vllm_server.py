@@ -78,8 +78,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 class VllmServer:
     """A vLLM server process owned by this object: started, awaited, stopped (its whole process group)."""
 
-    def __init__(self, python: Path | str, spec: ServeSpec, log: Path):
-        self.python, self.spec, self.log = python, spec, Path(log)
+    def __init__(self, python: Path | str, spec: ServeSpec, log: Path, env: dict[str, str] | None = None):
+        self.python, self.spec, self.log, self.env = python, spec, Path(log), env or {}
         self.command = engine_command(python, spec)
         self.proc: subprocess.Popen | None = None
 
@@ -87,7 +87,7 @@ class VllmServer:
         if not port_free(self.spec.host, self.spec.port):
             raise EaglewireError(f"--port {self.spec.port}: already in use on {self.spec.host} (choose another port)")
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO")}
+        env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"), **self.env}
         with open(self.log, "w") as f:
             self.proc = subprocess.Popen(self.command, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self._wait_healthy(timeout)
@@ -114,6 +114,10 @@ class VllmServer:
             text = self.log.read_text(errors="replace").splitlines()
         except OSError:
             return "(no log)"
+        # the first exception message is the root cause; vLLM's later lines only say that a process failed
+        raised = [ln for ln in text if re.search(r"\b\w*(Error|Exception): ", ln) and "WARNING" not in ln]
+        if raised:
+            return " | ".join(dict.fromkeys([raised[0].strip(), raised[-1].strip()]))
         errors = [ln for ln in text if re.search(r"Error|ERROR", ln)]
         return " | ".join((errors or text)[-lines:]).strip()
 

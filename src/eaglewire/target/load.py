@@ -219,3 +219,52 @@ def load_head_weight(source: str) -> torch.Tensor:
                 if key in f.keys():
                     return f.get_tensor(key).float()
     raise EaglewireError(f"target {source!r}: no lm_head.weight or model.embed_tokens.weight in {d}/*.safetensors")
+
+
+def _read_tensors(d: Path, wanted: dict[str, str]) -> dict[str, torch.Tensor]:
+    """{param name: tensor} for the checkpoint keys `wanted` ({param name: key}), read from d/*.safetensors."""
+    from safetensors import safe_open
+
+    got: dict[str, torch.Tensor] = {}
+    for fp in sorted(d.glob("*.safetensors")):
+        with safe_open(str(fp), framework="pt") as f:
+            keys = set(f.keys())
+            for name, key in wanted.items():
+                if key in keys and name not in got:
+                    got[name] = f.get_tensor(key)
+    return got
+
+
+def load_skeleton(source: str) -> Target:
+    """The target without its decoder layers: config, tokenizer, embedding and final norm in memory.
+
+    What capture through a serving engine needs here: the fingerprint (config,
+    vocabulary, embedding hashes) and the final norm, which vLLM cannot capture
+    and eaglewire applies to the last layer's output. Built on the meta device
+    by transformers' own class, so the norm is the architecture's norm (offsets
+    and epsilon included); the layers are never allocated, so a 671B target
+    costs its embedding here, not its weights.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from eaglewire.target.capture import decoder_stack
+
+    quiet_transformers()
+    path = resolve_target_dir(source)
+    config = AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    base = decoder_stack(model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    keep = {names[id(p)]: p for m in (base.embed_tokens, base.norm) for p in m.parameters()}
+    got = _read_tensors(path, {n: n for n in keep})
+    missing = sorted(set(keep) - set(got))
+    if missing:
+        raise EaglewireError(f"target {source!r}: {', '.join(missing)} not found in {path}/*.safetensors")
+    for m in (base.embed_tokens, base.norm):
+        m.to_empty(device="cpu")
+    with torch.no_grad():
+        for n in keep:  # to_empty made new tensors: look each one up again
+            model.get_parameter(n).copy_(got[n].float())
+    model.eval()
+    return Target(source=source, path=path, model=model, tokenizer=load_tokenizer(source))

@@ -48,6 +48,12 @@ SGLANG_FIRST_ID_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek
 # that a config without ids captures one layer deeper than everywhere else (minimax_m3_vl.py).
 SGLANG_SHIFTED_DEFAULT_ARCHS = frozenset({"MiniMaxM3SparseForConditionalGeneration"})
 
+# vLLM 0.32's DeepseekV2Model (DeepSeek-V2/V3/V3.2 and the targets built on it) computes the aux state
+# for id 0 as `hidden_states + residual` while the residual is still None, so a server asked for id 0
+# (the embedding) dies at startup; Llama-style models add id 0 before the first layer and capture it.
+# Executed against the engine in tests/serve/test_vllm_capture.py.
+VLLM_NO_EMBED_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k25"})
+
 ENGINES = ("hf", "eagle", "sglang", "specforge", "vllm", "speculators")
 ENGINE_HELP = {
     "hf": "transformers output_hidden_states index (0 = embed, k = output of layer k-1, L = final norm)",

@@ -1,0 +1,194 @@
+"""`data extract --engine vllm`: the same dataset, with the target run by a vLLM server.
+
+For targets that no single device holds (DeepSeek-V3 / Kimi-K2.5 class), the
+capture runs where the target is served, tensor/expert parallel. Only the
+tokenizer, the embedding (for the fingerprint) and the final norm are loaded
+here. Everything else is the in-process path's: the same tokenization and
+loss masks, shards, manifest, checksums, locking and `--resume`.
+
+What vLLM cannot capture is derived, and said so in the manifest: its ids
+reach every residual stream from the embedding (id 0) to the last layer's
+output (id L), but not the final norm. Training needs the final norm (the
+target's distribution is the frozen head applied to it), so the last layer's
+output is captured as well and the target's own norm module (transformers'
+class, the checkpoint's weight) is applied to it here, in fp32.
+"""
+
+from __future__ import annotations
+
+import shlex
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from eaglewire.data.manifest import Manifest, complete_and_intact
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.target.points import (
+    EMBED,
+    FINAL_NORM,
+    PINNED,
+    VLLM_NO_EMBED_MODEL_TYPES,
+    Point,
+    ids_for_points,
+    layer_out,
+)
+
+STATES_DIR = ".vllm-states"
+
+
+def capture_plan(pts: list[Point], num_layers: int, model_type: str | None = None) -> tuple[list[int], list[int], int]:
+    """(vLLM ids to request, column of each point, column of the last layer's output).
+
+    vLLM sorts and deduplicates the ids, so columns follow the sorted ids. A
+    `final_norm` point is derived like the target hidden (column of the last layer).
+    """
+    if EMBED in pts and model_type in VLLM_NO_EMBED_MODEL_TYPES:
+        raise EaglewireError(f"--points embed: vLLM {PINNED['vllm']} cannot capture the embedding of a {model_type} "
+                             "target (its DeepSeek model adds a residual that does not exist yet at id 0, and the "
+                             "server dies at startup); capture it in process, or choose layers.<k>.out points")
+    last = layer_out(num_layers - 1)
+    wanted = [last if p == FINAL_NORM else p for p in pts] + [last]
+    ids = ids_for_points(wanted, "vllm", num_layers)
+    if any(i is None for i in ids):  # cannot happen for embed/layers; kept as the rule's guard
+        raise EaglewireError(f"vLLM cannot capture {[p.name for p, i in zip(wanted, ids) if i is None]}")
+    order = sorted(set(ids))
+    cols = [order.index(i) for i in ids]
+    return order, cols[:-1], cols[-1]
+
+
+class VllmCapture:
+    """Features of a batch from a capture server: ([n, P, H] points, [n, H] final norm) per sample."""
+
+    def __init__(self, client, skeleton, pts: list[Point], provenance: dict, forward_dtype: str):
+        self.client, self.pts = client, pts
+        self.ids, self.cols, self.last = capture_plan(pts, skeleton.num_layers, skeleton.config.model_type)
+        self.norm = skeleton.model.get_decoder().norm
+        self.final_slots = [j for j, p in enumerate(pts) if p == FINAL_NORM]
+        self.info, self.forward_dtype = provenance, forward_dtype
+        self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="vllm-capture")
+
+    def provenance(self) -> dict:
+        return dict(self.info)
+
+    @torch.no_grad()
+    def _one(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        states = self.client.states(ids)  # [n, K, H]
+        fin = self.norm(states[:, self.last].float())  # [n, H] the target's final norm, applied here
+        feats = states[:, self.cols].float()  # [n, P, H]
+        for j in self.final_slots:
+            feats[:, j] = fin
+        return feats, fin
+
+    def __call__(self, batch: list) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        # the whole batch in flight at once: the server batches concurrent requests itself
+        return list(self.pool.map(lambda item: self._one(item[1]), batch))
+
+
+def _vllm_dtype(dtype: str, cpu_build: bool) -> str:
+    names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+    if dtype == "auto":
+        return "float32" if cpu_build else "auto"
+    return names[dtype]
+
+
+def server_spec(cfg, target_dir: Path, ids: list[int], states_dir: Path, cpu_build: bool):
+    from eaglewire.serve.vllm_capture import capture_args
+    from eaglewire.serve.vllm_server import ServeSpec, free_port
+
+    extra = capture_args(ids, states_dir, ours=cpu_build)
+    if cfg.tensor_parallel_size > 1:
+        extra += ["--tensor-parallel-size", str(cfg.tensor_parallel_size)]
+    extra += shlex.split(cfg.engine_args)
+    return ServeSpec(target_dir=target_dir, drafter_dir=None, port=free_port(), dtype=_vllm_dtype(cfg.dtype, cpu_build),
+                     max_model_len=_model_len(target_dir, cfg.max_seq_len + 1), memory_fraction=0.3 if cpu_build else 0.0,
+                     extra=extra)
+
+
+def _model_len(target_dir: Path, want: int) -> int:
+    """vLLM refuses a --max-model-len past the target's positions; a longer sample then fails by name."""
+    import json
+
+    c = json.loads((Path(target_dir) / "config.json").read_text())
+    limit = c.get("max_position_embeddings") or (c.get("text_config") or {}).get("max_position_embeddings")
+    return min(want, int(limit)) if isinstance(limit, (int, float)) and limit > 0 else want
+
+
+def _provenance(version: str | None, cfg, ids: list[int], num_layers: int, url: str | None) -> dict:
+    return {"engine": "vllm", "version": version, "server": url or "managed", "vllm_ids": ids,
+            "tensor_parallel_size": cfg.tensor_parallel_size, "engine_args": cfg.engine_args,
+            "target_hidden": f"derived: the target's final norm applied to layers.{num_layers - 1}.out "
+                             f"(vLLM id {num_layers}), in fp32 by eaglewire"}
+
+
+def run_vllm_extract(cfg, rows: list[dict], s, gen: dict):
+    """Start (or reach) a capture server and extract through it; returns the manifest."""
+    from eaglewire.data.extract import extract
+    from eaglewire.serve.vllm_capture import StatesClient, plugin_env
+    from eaglewire.serve.vllm_env import find_python, is_cpu_build, vllm_version
+    from eaglewire.serve.vllm_server import VllmServer
+    from eaglewire.target.load import load_skeleton
+    from eaglewire.target.points import parse_points
+
+    if cfg.resume and complete_and_intact(cfg.data):
+        return Manifest.load(cfg.data)  # nothing to capture: start no server
+    skeleton = load_skeleton(cfg.target)
+    pts = parse_points(s.points, skeleton.num_layers)
+    ids = capture_plan(pts, skeleton.num_layers, skeleton.config.model_type)[0]
+    states_dir = Path(cfg.states_dir or cfg.data / STATES_DIR).resolve()
+    if cfg.engine_url:
+        client = StatesClient(cfg.engine_url, None, len(ids), skeleton.hidden_size, cfg.request_timeout)
+        version = (client.client.identity(client.model).get("version") or {}).get("version")
+        prov = _provenance(version, cfg, ids, skeleton.num_layers, cfg.engine_url)
+        fdtype = None if cfg.dtype == "auto" else cfg.dtype  # unknown: the doctor infers it from the features
+        return extract(skeleton, rows, cfg.data, s, gen, resume=cfg.resume,
+                       capture_with=VllmCapture(client, skeleton, pts, prov, fdtype))
+    python = find_python(cfg.vllm_python)
+    cpu = is_cpu_build(python)
+    spec = server_spec(cfg, skeleton.path, ids, states_dir, cpu)
+    log = cfg.data / "vllm-capture.log"
+    print(f"[extract] starting vLLM ({'CPU build' if cpu else 'GPU'}; ~3 min), ids {ids}; log {log}", flush=True)
+    with VllmServer(python, spec, log, env=plugin_env() if cpu else None).start(timeout=cfg.startup_timeout) as srv:
+        client = StatesClient(srv.spec.url, None, len(ids), skeleton.hidden_size, cfg.request_timeout)
+        prov = _provenance(vllm_version(python), cfg, ids, skeleton.num_layers, None)
+        fdtype = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(spec.dtype)  # auto: vLLM's choice
+        man = extract(skeleton, rows, cfg.data, s, gen, resume=cfg.resume,
+                      capture_with=VllmCapture(client, skeleton, pts, prov, fdtype))
+    if states_dir.is_dir() and not any(states_dir.iterdir()):
+        states_dir.rmdir()
+    return man
+
+
+def generate_on_vllm(cfg, generate):
+    """Run `generate(url)` against a plain vLLM server started for the target (`data build --engine vllm`)."""
+    from eaglewire.serve.vllm_env import find_python, is_cpu_build
+    from eaglewire.serve.vllm_server import ServeSpec, VllmServer, free_port
+    from eaglewire.target.load import resolve_target_dir
+
+    python = find_python(cfg.vllm_python)
+    cpu = is_cpu_build(python)
+    extra = (["--tensor-parallel-size", str(cfg.tensor_parallel_size)] if cfg.tensor_parallel_size > 1 else [])
+    spec = ServeSpec(target_dir=resolve_target_dir(cfg.target), drafter_dir=None, port=free_port(),
+                     dtype=_vllm_dtype(cfg.dtype, cpu),
+                     max_model_len=_model_len(resolve_target_dir(cfg.target), cfg.max_prompt_tokens + cfg.max_new_tokens + 8),
+                     memory_fraction=0.3 if cpu else 0.0, extra=extra + shlex.split(cfg.engine_args))
+    log = cfg.out / "vllm-generate.log"
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    print(f"[generate] starting vLLM for the answers (~3 min); log {log}", flush=True)
+    with VllmServer(python, spec, log).start(timeout=cfg.startup_timeout) as srv:
+        return generate(srv.spec.url + "/v1")
+
+
+def print_command(cfg) -> str:
+    """The capture server's command line, for a cluster where the user launches vLLM."""
+    from eaglewire.serve.vllm_server import engine_command
+    from eaglewire.target.load import load_skeleton, resolve_target_dir
+    from eaglewire.target.points import parse_points, point_option
+
+    skeleton = load_skeleton(cfg.target)
+    pts = parse_points([p.name for p in point_option(cfg.points, skeleton.num_layers)], skeleton.num_layers)
+    ids = capture_plan(pts, skeleton.num_layers, skeleton.config.model_type)[0]
+    states_dir = Path(cfg.states_dir or cfg.data / STATES_DIR).resolve()
+    spec = server_spec(cfg, resolve_target_dir(cfg.target), ids, states_dir, cpu_build=False)
+    spec.port = 8000
+    return shlex.join(engine_command("python", spec))
