@@ -47,6 +47,21 @@ def test_extract_without_a_manifest_uses_the_target_that_generated_the_answers(a
         run_extract(DataExtractConfig(data=out, target="tiny:llama", device="cpu", resume=True))
 
 
+def test_unmerged_rank_shards_are_not_left_behind_by_a_single_process_resume(answers, tmp_path):
+    """A torchrun extract killed before rank 0 merged: one process must not re-extract beside rank-*/ and
+    call the dataset complete, it says how to resume."""
+    import shutil
+
+    out, _ = answers
+    run_extract(DataExtractConfig(data=out, device="cpu", shard_samples=2))
+    (out / "rank-00000").mkdir()
+    for p in [out / "manifest.json", *out.glob("shard-*.safetensors")]:
+        shutil.move(str(p), str(out / "rank-00000" / p.name))
+    with pytest.raises(EaglewireError, match=r"unmerged shards of a torchrun extraction \(rank-00000\).*under torchrun"):
+        run_extract(DataExtractConfig(data=out, device="cpu", resume=True))
+    assert not (out / "manifest.json").exists() and len(list((out / "rank-00000").glob("shard-*"))) == 2
+
+
 def test_online_training_refuses_another_targets_answers(answers, tmp_path):
     from eaglewire.training.cli import TrainConfig
     from eaglewire.training.loop import run_train

@@ -169,3 +169,36 @@ def test_bad_config_fields_are_one_line_and_bounded(tmp_path, tiny_targets, chan
     raw.update(model_type="somebody_elses_arch", **change)
     with pytest.raises(EaglewireError, match=msg):
         formula_count(raw, "config.json")
+
+
+def _deepseek_v3_full(tmp_path):
+    """DeepSeek-V3's published shape (671B): the target the capture-path verdict exists for."""
+    cfg = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 129280,
+           "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+           "num_attention_heads": 128, "num_key_value_heads": 128, "n_routed_experts": 256, "n_shared_experts": 1,
+           "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+           "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "n_group": 8, "topk_group": 4,
+           "max_position_embeddings": 163840, "tie_word_embeddings": False}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    return p
+
+
+def test_capture_path_in_process_when_one_device_holds_the_target():
+    r = _plan("--target", "tiny:llama", "--samples", "10", "--seq-len", "64", "--device-type", "cuda", "--gpus", "8")
+    assert r["capture"]["path"] == "in process" and "torchrun --nproc_per_node 8" in r["capture"]["command"]
+
+
+@pytest.mark.parametrize("gpus,memory,path,tp,nodes", [(16, 141, "vllm", 16, 1), (8, 141, "vllm multi-node", 16, 2),
+                                                       (8, 80, "vllm multi-node", 32, 4)])
+def test_capture_path_for_a_671b_target_is_vllm_tensor_and_expert_parallel(tmp_path, gpus, memory, path, tp, nodes):
+    r = _plan("--model-config", str(_deepseek_v3_full(tmp_path)), "--samples", "1000", "--seq-len", "2048",
+              "--device-type", "cuda", "--gpus", str(gpus), "--device-memory-gib", str(memory))
+    c = r["capture"]
+    assert r["target"]["num_parameters"] > 600e9
+    assert r["device_memory"]["extract_in_process"] > memory * 2**30  # no torchrun rank holds a whole copy
+    # bf16 weights (1,250 GiB) x 1.2 over 141 GiB devices: 11, so tensor parallel 16 (two 8-GPU nodes);
+    # over 80 GiB devices: 19, so 32
+    assert (c["path"], c["tensor_parallel_size"], c["nodes"]) == (path, tp, nodes)
+    assert "--engine vllm" in c["command"] and "--enable-expert-parallel" in c["command"]
+    assert c["devices_needed"] * memory * 2**30 >= r["device_memory"]["target_weights"]

@@ -36,7 +36,9 @@ VLLM_SHAPES = {
                         scoring_func="sigmoid"),
 }
 FORWARD_DTYPE = {"deepseek_v3": "bf16"}  # the others run fp32 on both sides
-ATOL_FP32 = 2e-4  # fp32 forward and storage on both sides: sums in another order, nothing more
+# fp32 forward and storage on both sides: sums in another order, nothing more (measured ~1e-7 on the
+# tiny targets, 1e-6 on the default target); the doctor's fp32 match tolerance is 1e-3
+FP32_TOL = 1e-5
 
 
 def _answers(root, target: str, n: int = 10, max_new_tokens: int = 40):
@@ -69,8 +71,8 @@ def _extract(d, target, *extra):
     return json.loads((d / "manifest.json").read_text())
 
 
-def _assert_same_features(a, b, atol: float):
-    """Every shard: the same tokens and masks, every slot and the final norm within `atol`."""
+def _assert_same_features(a, b, tol: float):
+    """Every shard: the same tokens and masks; every slot and the final norm within `tol` relative RMS error."""
     files = sorted(p.name for p in a.glob("shard-*.safetensors"))
     assert files and files == sorted(p.name for p in b.glob("shard-*.safetensors"))
     for name in files:
@@ -78,9 +80,8 @@ def _assert_same_features(a, b, atol: float):
         for k in ("input_ids", "loss_mask", "offsets", "sample_index"):
             assert torch.equal(x[k], y[k]), (name, k)
         for j in range(x["features"].shape[1]):  # slot by slot, so a swapped slot names itself
-            torch.testing.assert_close(y["features"][:, j], x["features"][:, j], atol=atol, rtol=1e-4,
-                                       msg=lambda m, j=j, name=name: f"{name} slot {j}: {m}")
-        torch.testing.assert_close(y["target_hidden"], x["target_hidden"], atol=atol, rtol=1e-4)
+            assert _rel_err(y["features"][:, j], x["features"][:, j]) < tol, (name, j)
+        assert _rel_err(y["target_hidden"], x["target_hidden"]) < tol, name
 
 
 def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -120,7 +121,7 @@ def test_vllm_capture_equals_in_process_capture(arch, vllm_python, tmp_path):
     assert m_vllm["capture"]["engine"] == "vllm" and m_vllm["capture"]["vllm_ids"] == [int(first != "embed"), 3, 8]
     assert "derived" in m_vllm["capture"]["target_hidden"] and m_vllm["forward_dtype"] == dtype
     if dtype == "fp32":
-        _assert_same_features(ours, theirs, ATOL_FP32)
+        _assert_same_features(ours, theirs, FP32_TOL)
     else:
         half = _copy_answers(answers, tmp_path / "hf-half")
         _extract(half, target, *points, "--dtype", dtype)
@@ -182,8 +183,18 @@ def test_resume_repairs_a_vllm_dataset_with_vllm_unasked(llama_pair, vllm_python
     r = run_cli("data", "extract", theirs, "--resume", "--vllm-python", str(vllm_python))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "re-extracting" in r.stdout + r.stderr and "starting vLLM" in r.stdout + r.stderr
-    _assert_same_features(ours, theirs, ATOL_FP32)
+    _assert_same_features(ours, theirs, FP32_TOL)
     r = run_cli("data", "extract", theirs, "--resume", "--vllm-python", str(vllm_python))
     assert r.returncode == 0 and "starting vLLM" not in r.stdout, "a complete dataset starts no server"
     r = run_cli("data", "extract", ours, "--resume", "--engine", "vllm")
     assert r.returncode == 2 and "--engine 'vllm' (recorded: 'transformers')" in r.stderr, r.stderr
+
+
+def test_vllm_capture_of_the_default_target_equals_in_process(vllm_python, tmp_path):
+    """SmolLM2-135M (30 layers, the demo's target): the default EAGLE-3 triple and the derived final norm."""
+    answers = _answers(tmp_path, "default", n=4, max_new_tokens=24)
+    ours, theirs = _copy_answers(answers, tmp_path / "hf"), _copy_answers(answers, tmp_path / "vllm")
+    _extract(ours, "default")
+    man = _extract(theirs, "default", "--engine", "vllm", "--vllm-python", str(vllm_python))
+    assert man["capture"]["vllm_ids"] == [2, 15, 27, 30]  # the triple's vLLM ids and L for the final norm
+    _assert_same_features(ours, theirs, FP32_TOL)

@@ -123,6 +123,11 @@ def _stored_ids(fmt: str, raw: dict, notes: Notes) -> list[int] | None:
     return None
 
 
+def _one_line(e: Exception) -> str:
+    """transformers' strict config errors span lines; an error here is one line."""
+    return "; ".join(ln.strip() for ln in str(e).splitlines() if ln.strip())
+
+
 def resolve_points(fmt: str, raw: dict, L: int, num_aux: int, layers_from: str, notes: Notes) -> tuple[list, dict]:
     ids = _stored_ids(fmt, raw, notes)
     engine = layers_from or ID_ENGINE[fmt]
@@ -138,7 +143,10 @@ def resolve_points(fmt: str, raw: dict, L: int, num_aux: int, layers_from: str, 
     if len(ids) != num_aux:
         raise EaglewireError(f"config.json: {len(ids)} layer ids {ids} but fc.weight takes {num_aux} feature slots")
     eng = Engine.parse(engine)
-    pts = points_from_ids(list(ids), eng, L)
+    try:
+        pts = points_from_ids(list(ids), eng, L)
+    except EaglewireError as e:
+        raise EaglewireError(f"config.json: {ID_KEY[fmt]} = {ids}: {e}") from e
     notes.inferred.append(f"ids {ids} read as {eng.label()} ids -> {[p.name for p in pts]}")
     notes.assumed.extend(eng.assumptions())
     w = version_differences(list(ids), eng, L)
@@ -229,7 +237,7 @@ def run_import(cfg: ImportConfig) -> dict:
     try:
         dcfg = drafter_config(fmt, raw, sd, notes)
     except (TypeError, ValueError, KeyError, AttributeError, StrictDataclassError) as e:
-        raise EaglewireError(f"{cpath}: {type(e).__name__}: {e} (expected a LlamaConfig's numbers, e.g. "
+        raise EaglewireError(f"{cpath}: {type(e).__name__}: {_one_line(e)} (expected a LlamaConfig's numbers, e.g. "
                              "\"hidden_size\": 2048)") from e
     sd = from_format_state(dcfg, sd)
     L, target, chat_sha = _target_facts(cfg, sd, dcfg, notes)

@@ -121,7 +121,8 @@ def check_replace(out: Path, force: bool, marker: str, kind: str, sources: tuple
     if not force:
         raise EaglewireError(f"--out {out}: already exists (pass --force to replace it)")
     if not out.is_dir():
-        raise EaglewireError(f"--out {out}: is a file, not a {kind} directory; --force does not replace it")
+        article = "an" if kind[:1] in "aeiou" else "a"
+        raise EaglewireError(f"--out {out}: is a file, not {article} {kind} directory; --force does not replace it")
     here = out.resolve()
     for s in sources:
         s = Path(s).resolve()

@@ -121,7 +121,8 @@ def _device_memory(cfg, s: dict, d: dict, T: int) -> dict:
         return target_part + other if target_part + other <= cap or cfg.gpus == 1 else target_part / cfg.gpus + other
 
     return {"target_weights": weights, "generate_kv_cache": kv, "generate": per_device(gen),
-            "extract": per_device(weights + extract_act), "train_drafter": train,
+            "extract": per_device(weights + extract_act), "extract_in_process": weights + extract_act,
+            "train_drafter": train,
             "online_train": per_device(weights + extract_act, train), "bytes_per_weight": wb}
 
 
@@ -193,7 +194,10 @@ def _assumptions(cfg, s: dict) -> list[str]:
          f"--gpus {cfg.gpus}: ideal linear scaling; device memory is per device: a full copy of the target when it "
          "fits one device, else the target sharded evenly over the devices (tensor parallel); the drafter replicated",
          "training memory: fp32 drafter + AdamW, activations ~ batch x T x TTT steps x (12H + 3I + 3 draft vocab) x 4 B",
-         "host memory for training: train loads the whole target on the host in fp32 (training/loop.py _setup)"]
+         "host memory for training: train loads the whole target on the host in fp32 (training/loop.py _setup)",
+         "capture path: in process when one device holds the whole target (every torchrun rank loads a copy), "
+         f"else vLLM tensor parallel over the smallest power of two of devices holding {VLLM_OVERHEAD:g} x the "
+         "weights (KV cache and activations beside them)"]
     if s["num_experts"]:
         a.append(f"MoE: {s['experts_per_token']} of {s['num_experts']} routed experts active per token "
                  f"({s['active_parameters']:,} active parameters)")
@@ -214,6 +218,30 @@ def _target_raw(cfg: PlanConfig) -> tuple[dict, str]:
     if cfg.hf_config is not None:
         return read_config_json(cfg.hf_config), str(cfg.hf_config)
     return target_config(cfg.target), cfg.target
+
+
+VLLM_OVERHEAD = 1.2  # weights x this: KV cache and activations vLLM reserves beside them (an assumption, printed)
+
+
+def capture_path(cfg, s: dict, dev: dict) -> dict:
+    """Where feature capture fits: in process (one whole target per rank, under torchrun) or in vLLM,
+    whose tensor/expert parallelism splits the target over devices and nodes."""
+    cap = cfg.device_memory_gib * GIB
+    if dev["extract_in_process"] <= cap:
+        return {"path": "in process", "devices_needed": 1,
+                "command": f"torchrun --nproc_per_node {cfg.gpus} -m eaglewire.cli data extract DATA --target T"}
+    need = math.ceil(dev["target_weights"] * VLLM_OVERHEAD / cap)
+    tp = 1 << (need - 1).bit_length()  # vLLM splits heads evenly: a power of two
+    flags = f"--engine vllm --tensor-parallel-size {tp}"
+    if s["num_experts"]:
+        flags += " --engine-args '--enable-expert-parallel'"
+    nodes = math.ceil(tp / cfg.gpus)
+    out = {"path": "vllm" if nodes == 1 else "vllm multi-node", "devices_needed": need, "tensor_parallel_size": tp,
+           "nodes": nodes, "command": f"eaglewire data extract DATA --target T {flags}"}
+    if nodes > 1:
+        out["command"] += (f" --print-command  # then start it on {nodes} nodes (vLLM --nnodes {nodes} "
+                           "--node-rank R --master-addr HEAD, --headless on R > 0) and pass --engine-url")
+    return out
 
 
 def plan(cfg: PlanConfig) -> dict:
@@ -242,6 +270,7 @@ def plan(cfg: PlanConfig) -> dict:
                                   "epochs": cfg.epochs},
             "disk": _disk(cfg, s, d, tokens), "host_memory": _host_memory(cfg, s, T), "device_memory": dev,
             "fits_one_device": {k: dev[k] <= cap for k in ("generate", "extract", "train_drafter", "online_train")},
+            "capture": capture_path(cfg, s, dev),
             "time": _times(cfg, s, d, tokens, cfg.samples * new, T), "assumptions": _assumptions(cfg, s)}
 
 
@@ -264,6 +293,11 @@ def _print(r: dict) -> None:
             ("device: train drafter (offline)", _gib(dm["train_drafter"]), "fits" if fits["train_drafter"] else "DOES NOT FIT"),
             ("device: online (target + drafter)", _gib(dm["online_train"]), "fits" if fits["online_train"] else "DOES NOT FIT"),
             ("host: extract / train", f"{_gib(hm['extract'])} / {_gib(hm['train'])}", "")]
+    cp = r["capture"]
+    where = "one whole target per device" if cp["path"] == "in process" else (
+        f"~{cp['devices_needed']} devices for the target: tensor parallel {cp['tensor_parallel_size']} over "
+        f"{cp['nodes']} node(s)")
+    rows.append(("capture path", cp["path"], where))
     for what, path in (("offline", tm["offline"]), ("online", tm["online"])):
         parts = ", ".join(f"{k[:-2]} {v:,.3g}" for k, v in path.items() if k != "total_h")
         rows.append((f"time: {what} (hours, wall)", f"{path['total_h']:,.3g}", parts))
@@ -272,6 +306,7 @@ def _print(r: dict) -> None:
     print("assumptions:")
     for a in r["assumptions"]:
         print(f"  - {a}")
+    print(f"capture: {cp['command']}")
 
 
 def run_plan(cfg: PlanConfig) -> dict:
