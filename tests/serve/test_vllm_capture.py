@@ -146,6 +146,22 @@ def test_vllm_cannot_capture_the_embedding_of_a_deepseek_target(vllm_python, tmp
     assert r.returncode == 2 and "cannot capture the embedding of a deepseek_v3 target" in r.stderr, r.stderr
 
 
+def test_the_upstream_connector_fails_on_the_cpu_build(vllm_python, tmp_path):
+    """Why serve/vllm_plugin exists, executed: vLLM's own ExampleHiddenStatesConnector pins host memory,
+    which the CPU build cannot, and the engine dies on the first finished request."""
+    from eaglewire.serve.vllm_capture import StatesClient, capture_args
+    from eaglewire.serve.vllm_server import ServeSpec, VllmServer, free_port
+    from eaglewire.target.tiny import build_tiny
+
+    target = build_tiny("llama", tmp_path / "target", **VLLM_SHAPES["llama"])
+    spec = ServeSpec(target_dir=target, drafter_dir=None, port=free_port(), dtype="float32", max_model_len=256,
+                     memory_fraction=0.2, extra=capture_args([2, 8], tmp_path / "states", ours=False))
+    with VllmServer(vllm_python, spec, tmp_path / "log").start(timeout=600) as srv:
+        with pytest.raises(EaglewireError):
+            StatesClient(srv.spec.url, None, 2, 64, timeout_s=120).states(list(range(3, 20)))
+    assert "pin_memory=True requires a CUDA or other accelerator backend" in (tmp_path / "log").read_text()
+
+
 @pytest.fixture(scope="module")
 def llama_pair(vllm_python, tmp_path_factory):
     """(in-process dataset, vLLM dataset, target) from the same answers, default points, for the doctor and resume."""

@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
     build_command(data, "build", DataBuildConfig, out(run_build), "generate + extract + vocab in one command.")
     build_command(data, "info", DataInfoConfig,
                   lambda c: emit(info(c.data, c.verify), c.json, _human_info),
-                  "Show a dataset's provenance: target, points in every engine's ids, counts, vocab.")
+                  "Show a dataset's provenance: target, points in HF, SGLang and vLLM ids, counts, vocab.")
     build_command(data, "import", DataImportConfig, _data_import,
                   "Import speculators hidden-state files or SpecForge offline captures as an eaglewire dataset.")
     app.add_typer(data, name="data")

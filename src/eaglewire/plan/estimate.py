@@ -278,6 +278,15 @@ def _gib(b: float) -> str:
     return f"{b / GIB:,.2f} GiB" if b < 1024 * GIB else f"{b / 1024 ** 4:,.2f} TiB"
 
 
+def _duration(hours: float) -> str:
+    """Hours as a person reads them: 9.4 h, 12 min, 3 s, not 6.12e-07."""
+    if hours >= 1:
+        return f"{hours:,.3g} h"
+    if hours * 60 >= 1:
+        return f"{hours * 60:.3g} min"
+    return f"{hours * 3600:.0f} s" if hours * 3600 >= 1 else "< 1 s"
+
+
 def _print(r: dict) -> None:
     t, run, dk, dm, hm, tm = r["target"], r["run"], r["disk"], r["device_memory"], r["host_memory"], r["time"]
     active = f" ({t['active_parameters']:,} active)" if t["num_experts"] else ""
@@ -299,8 +308,8 @@ def _print(r: dict) -> None:
         f"{cp['nodes']} node(s)")
     rows.append(("capture path", cp["path"], where))
     for what, path in (("offline", tm["offline"]), ("online", tm["online"])):
-        parts = ", ".join(f"{k[:-2]} {v:,.3g}" for k, v in path.items() if k != "total_h")
-        rows.append((f"time: {what} (hours, wall)", f"{path['total_h']:,.3g}", parts))
+        parts = ", ".join(f"{k[:-2]} {_duration(v)}" for k, v in path.items() if k != "total_h")
+        rows.append((f"time: {what} (wall)", _duration(path["total_h"]), parts))
     for a, b, c in rows:
         print(f"  {a:<36}{b:>22}  {c}")
     print("assumptions:")

@@ -56,7 +56,7 @@ def run_inspect(cfg: InspectConfig) -> None:
         for k in ("target", "path", "architecture", "num_layers", "hidden_size", "vocab_size", "num_parameters", "chat_template"):
             print(f"{k:>16}: {r[k]}")
         dc = r["default_capture"]
-        print("  EAGLE-3 default capture (physical name -> each engine's id):")
+        print("  EAGLE-3 default capture (physical name -> HF, SGLang and vLLM ids; `eaglewire layers` for the others):")
         print(f"    {'point':<16}{'hf':>6}{'sglang':>8}{'vllm':>6}")
         for i, n in enumerate(dc["names"]):
             print(f"    {n:<16}{_s(dc['hf_index'][i]):>6}{_s(dc['sglang'][i]):>8}{_s(dc['vllm'][i]):>6}")
@@ -154,6 +154,6 @@ def run_capture(cfg: CaptureConfig) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    build_command(app, "inspect", InspectConfig, run_inspect, "Describe a target and its EAGLE-3 default capture in every engine's ids.")
+    build_command(app, "inspect", InspectConfig, run_inspect, "Describe a target and its EAGLE-3 default capture in HF, SGLang and vLLM ids (`layers` converts to the rest).")
     build_command(app, "layers", LayersConfig, run_layers, "Convert layer ids between engines (SGLang, vLLM, HF, ...) via physical names.")
     build_command(app, "capture", CaptureConfig, run_capture, "Capture physically named target tensors for a text into a safetensors file.")
