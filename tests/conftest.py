@@ -44,3 +44,17 @@ def tiny_drafter(tiny_dataset, tmp_path_factory):
     run_train(TrainConfig(data=tiny_dataset, out=out, device="cpu", max_steps=150, batch_size=4, lr=3e-3,
                           warmup_steps=5, ttt_steps=3, max_len=128, val_fraction=0.1, save_every=1000))
     return out / "drafter", tiny_dataset
+
+
+@pytest.fixture(scope="session")
+def vllm_python():
+    """The real vLLM the serving and capture tests run (the pinned venv, built once); skipped outside CI."""
+    from eaglewire.infra.errors import EaglewireError
+    from eaglewire.serve.vllm_env import find_python
+
+    try:
+        return find_python()
+    except EaglewireError as e:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"vLLM is required under CI=true: {e}")
+        pytest.skip(f"no vLLM: {e}")

@@ -162,6 +162,6 @@ def test_print_command_is_the_upstream_connector_with_parallel_flags(tmp_path):
                 "--tensor-parallel-size", "8", "--engine-args", "--enable-expert-parallel")
     assert r.returncode == 0, r.stderr
     cmd = r.stdout.strip()
-    assert cmd.startswith("python -m vllm.entrypoints.openai.api_server --model ")
+    assert cmd.startswith("vllm serve ") and "--host 0.0.0.0" in cmd
     assert "--tensor-parallel-size 8" in cmd and "--enable-expert-parallel" in cmd
     assert "ExampleHiddenStatesConnector" in cmd and "[2, 4, 5, 8]" in cmd

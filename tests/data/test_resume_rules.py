@@ -60,6 +60,10 @@ def test_unmerged_rank_shards_are_not_left_behind_by_a_single_process_resume(ans
     with pytest.raises(EaglewireError, match=r"unmerged shards of a torchrun extraction \(rank-00000\).*under torchrun"):
         run_extract(DataExtractConfig(data=out, device="cpu", resume=True))
     assert not (out / "manifest.json").exists() and len(list((out / "rank-00000").glob("shard-*"))) == 2
+    from eaglewire.data.sharded import check_ranks
+
+    with pytest.raises(EaglewireError, match="unmerged shards"):  # rank 0 of 2 would never have held odd indices
+        check_ranks(out, 2)
 
 
 def test_online_training_refuses_another_targets_answers(answers, tmp_path):

@@ -189,11 +189,12 @@ def test_capture_path_in_process_when_one_device_holds_the_target():
     assert r["capture"]["path"] == "in process" and "torchrun --nproc_per_node 8" in r["capture"]["command"]
 
 
-@pytest.mark.parametrize("gpus,memory,path,tp,nodes", [(16, 141, "vllm", 16, 1), (8, 141, "vllm multi-node", 16, 2),
-                                                       (8, 80, "vllm multi-node", 32, 4)])
-def test_capture_path_for_a_671b_target_is_vllm_tensor_and_expert_parallel(tmp_path, gpus, memory, path, tp, nodes):
+@pytest.mark.parametrize("per_node,memory,path,tp,nodes", [(16, 141, "vllm", 16, 1), (8, 141, "vllm multi-node", 16, 2),
+                                                           (8, 80, "vllm multi-node", 32, 4)])
+def test_capture_path_for_a_671b_target_is_vllm_tensor_and_expert_parallel(tmp_path, per_node, memory, path, tp, nodes):
     r = _plan("--model-config", str(_deepseek_v3_full(tmp_path)), "--samples", "1000", "--seq-len", "2048",
-              "--device-type", "cuda", "--gpus", str(gpus), "--device-memory-gib", str(memory))
+              "--device-type", "cuda", "--gpus", "32", "--gpus-per-node", str(per_node),
+              "--device-memory-gib", str(memory))
     c = r["capture"]
     assert r["target"]["num_parameters"] > 600e9
     assert r["device_memory"]["extract_in_process"] > memory * 2**30  # no torchrun rank holds a whole copy

@@ -214,3 +214,24 @@ def test_vllm_capture_of_the_default_target_equals_in_process(vllm_python, tmp_p
     man = _extract(theirs, "default", "--engine", "vllm", "--vllm-python", str(vllm_python))
     assert man["capture"]["vllm_ids"] == [2, 15, 27, 30]  # the triple's vLLM ids and L for the final norm
     _assert_same_features(ours, theirs, FP32_TOL)
+
+
+def test_data_build_engine_vllm_generates_and_captures_through_vllm(vllm_python, tmp_path):
+    """The whole data stage with the target held by vLLM only: answers from a plain vLLM server, features from a
+    capture server, the draft vocab; the provenance says so."""
+    from eaglewire.target.tiny import build_tiny
+
+    target = build_tiny("llama", tmp_path / "target", **VLLM_SHAPES["llama"])
+    out = tmp_path / "ds"
+    r = run_cli("data", "build", "--engine", "vllm", "--vllm-python", vllm_python, "--target", target,
+                "--topic-prompts", "6", "--max-new-tokens", "16", "--out", out, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    man = json.loads((out / "manifest.json").read_text())
+    rows = [json.loads(ln) for ln in (out / "responses.jsonl").read_text().splitlines()]
+    answered = {r["index"] for r in rows if "messages" in r}  # a random tiny model often answers EOS at once
+    assert len(rows) == 6 and answered and man["capture"]["engine"] == "vllm"
+    assert man["complete"] and {i for e in man["shards"] for i in e["indices"]} == answered
+    assert man["generation"]["source"] == "server" and "vllm" in json.dumps(man["generation"]["server"]).lower()
+    assert (out / "vocab.safetensors").is_file()
+    r = run_cli("doctor", "dataset", out, "--target", target, "--json")
+    assert r.returncode == 0, r.stdout[-1500:]

@@ -71,6 +71,9 @@ class VllmCapture:
     def provenance(self) -> dict:
         return dict(self.info)
 
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
     @torch.no_grad()
     def _one(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         states = self.client.states(ids)  # [n, K, H]
@@ -89,6 +92,8 @@ def _vllm_dtype(dtype: str, cpu_build: bool) -> str:
     names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
     if dtype == "auto":
         return "float32" if cpu_build else "auto"
+    if dtype not in names:
+        raise EaglewireError(f"--dtype {dtype!r}: expected auto, {', '.join(names)}")
     return names[dtype]
 
 
@@ -131,7 +136,9 @@ def run_vllm_extract(cfg, rows: list[dict], s, gen: dict):
     from eaglewire.target.points import parse_points
 
     if cfg.resume and complete_and_intact(cfg.data):
-        return Manifest.load(cfg.data)  # nothing to capture: start no server
+        man = Manifest.load(cfg.data)
+        if {r["index"] for r in rows} <= set(man.sample_indices()):
+            return man  # nothing to capture: start no server
     skeleton = load_skeleton(cfg.target)
     pts = parse_points(s.points, skeleton.num_layers)
     ids = capture_plan(pts, skeleton.num_layers, skeleton.config.model_type)[0]
@@ -140,11 +147,17 @@ def run_vllm_extract(cfg, rows: list[dict], s, gen: dict):
         client = StatesClient(cfg.engine_url, None, len(ids), skeleton.hidden_size, cfg.request_timeout)
         version = (client.client.identity(client.model).get("version") or {}).get("version")
         prov = _provenance(version, cfg, ids, skeleton.num_layers, cfg.engine_url)
-        fdtype = None if cfg.dtype == "auto" else cfg.dtype  # unknown: the doctor infers it from the features
-        return extract(skeleton, rows, cfg.data, s, gen, resume=cfg.resume,
-                       capture_with=VllmCapture(client, skeleton, pts, prov, fdtype))
+        if cfg.dtype != "auto":
+            _vllm_dtype(cfg.dtype, False)  # the name is checked; the server's own dtype is the user's to match
+        fdtype = None if cfg.dtype == "auto" else cfg.dtype  # auto: unknown, the doctor infers it
+        cap = VllmCapture(client, skeleton, pts, prov, fdtype)
+        try:
+            return extract(skeleton, rows, cfg.data, s, gen, resume=cfg.resume, capture_with=cap)
+        finally:
+            cap.close()
     python = find_python(cfg.vllm_python)
     cpu = is_cpu_build(python)
+    _clear_states(states_dir)
     spec = server_spec(cfg, skeleton.path, ids, states_dir, cpu)
     log = cfg.data / "vllm-capture.log"
     print(f"[extract] starting vLLM ({'CPU build' if cpu else 'GPU'}; ~3 min), ids {ids}; log {log}", flush=True)
@@ -152,11 +165,27 @@ def run_vllm_extract(cfg, rows: list[dict], s, gen: dict):
         client = StatesClient(srv.spec.url, None, len(ids), skeleton.hidden_size, cfg.request_timeout)
         prov = _provenance(vllm_version(python), cfg, ids, skeleton.num_layers, None)
         fdtype = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(spec.dtype)  # auto: vLLM's choice
-        man = extract(skeleton, rows, cfg.data, s, gen, resume=cfg.resume,
-                      capture_with=VllmCapture(client, skeleton, pts, prov, fdtype))
+        cap = VllmCapture(client, skeleton, pts, prov, fdtype)
+        try:
+            man = extract(skeleton, rows, cfg.data, s, gen, resume=cfg.resume, capture_with=cap)
+        except EaglewireError as e:
+            if srv.proc.poll() is None:
+                raise
+            raise EaglewireError(f"vLLM server died during capture (exit {srv.proc.returncode}; log {log}: "
+                                 f"{srv.log_tail()}); finished shards are kept: rerun with --resume") from e
+        finally:
+            cap.close()
+            _clear_states(states_dir)
     if states_dir.is_dir() and not any(states_dir.iterdir()):
         states_dir.rmdir()
     return man
+
+
+def _clear_states(states_dir: Path) -> None:
+    """State files of requests that were never read (a crash, Ctrl-C): [T, K, H] each, large; ours to remove."""
+    if states_dir.is_dir():
+        for p in [*states_dir.glob("*.safetensors"), *states_dir.glob("*.safetensors.lock")]:
+            p.unlink(missing_ok=True)
 
 
 def generate_on_vllm(cfg, generate):
@@ -181,14 +210,17 @@ def generate_on_vllm(cfg, generate):
 
 def print_command(cfg) -> str:
     """The capture server's command line, for a cluster where the user launches vLLM."""
+    from eaglewire.data.pipeline import recorded_extract_settings
     from eaglewire.serve.vllm_server import engine_command
     from eaglewire.target.load import load_skeleton, resolve_target_dir
     from eaglewire.target.points import parse_points, point_option
 
+    cfg = recorded_extract_settings(cfg)  # a dataset's recorded points and target win, as on --resume
     skeleton = load_skeleton(cfg.target)
     pts = parse_points([p.name for p in point_option(cfg.points, skeleton.num_layers)], skeleton.num_layers)
     ids = capture_plan(pts, skeleton.num_layers, skeleton.config.model_type)[0]
     states_dir = Path(cfg.states_dir or cfg.data / STATES_DIR).resolve()
     spec = server_spec(cfg, resolve_target_dir(cfg.target), ids, states_dir, cpu_build=False)
-    spec.port = 8000
-    return shlex.join(engine_command("python", spec))
+    spec.port, spec.host = 8000, "0.0.0.0"  # eaglewire may run on another machine than vLLM's head node
+    cmd = engine_command("python", spec)  # [python, -m, module, --model, T, ...]
+    return shlex.join(["vllm", "serve", cmd[4], *cmd[5:]])  # `vllm serve` acts on --headless for nodes > 0

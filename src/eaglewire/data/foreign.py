@@ -149,7 +149,8 @@ def run_data_import(cfg: DataImportConfig) -> dict:
         notes.append("loss_mask = 1 on every token (--all-loss): the original assistant-only mask was not read")
     man = Manifest(target=TargetRecord(source=cfg.target or None, fingerprint=fp or TargetFingerprint.unknown_target(L)),
                    points=None, num_slots=0, target_hidden=th, chat_template_sha=tpl,
-                   generation={"imported_from": str(src), "format": fmt}, extract={"imported": True, "notes": notes})
+                   generation={"imported_from": str(src), "format": fmt}, extract={"imported": True, "notes": notes},
+                   capture={"engine": fmt, "imported_from": str(src)})  # not ours: say whose capture it is
     buf, P = [], None
     for idx, ids, mask, feats, last in samples:
         if norm is not None:

@@ -127,6 +127,8 @@ class Manifest:
         for key, typ in (("shards", list), ("target", dict), ("points", dict)):
             if not isinstance(raw.get(key), typ):
                 raise EaglewireError(f"{where}: '{key}' missing or not a {typ.__name__}")
+        if raw.get("capture") is not None and not isinstance(raw["capture"], dict):
+            raise EaglewireError(f"{where}: 'capture' must be an object naming the engine, got {raw['capture']!r}")
         target = TargetRecord.from_json(raw["target"], f"{where}: target")
         pts, n, stated = points_from_json(raw["points"], target.fingerprint.num_layers, f"{where}: points")
         names = {f.name for f in dataclasses.fields(cls)}

@@ -84,8 +84,9 @@ class _ExtractOptions:
                       choices=("transformers", "vllm"))
     engine_url: str | None = opt(None, "with --engine vllm: a capture server you started (the command "
                                  "--print-command prints); default: eaglewire starts and stops one")
-    states_dir: Path | None = opt(None, "with --engine vllm: where the server writes each request's states, a "
-                                  "directory this machine reads too (default: <dataset>/.vllm-states)")
+    states_dir: Path | None = opt(None, "with --engine vllm (a managed server or --print-command): where the server "
+                                  "writes each request's states, a directory this machine reads too (default: "
+                                  "<dataset>/.vllm-states); a server at --engine-url says where in each reply")
     tensor_parallel_size: int = opt(1, "with --engine vllm: vLLM --tensor-parallel-size", ge=1)
     engine_args: str = opt("", "with --engine vllm: more vLLM server flags, e.g. '--enable-expert-parallel'")
     vllm_python: str = opt("", "with --engine vllm: Python of a vLLM install; default: `vllm` on PATH, else a "

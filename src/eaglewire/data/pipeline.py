@@ -219,6 +219,13 @@ def _settings_from_manifest(cfg):
     return _adopt_recorded(cfg, {"target": gen.get("target")}, cfg.data / GENERATE_CONFIG) if gen else cfg
 
 
+def recorded_extract_settings(cfg):
+    """The options a dataset's manifest (or its answers' record) fixes, applied to `cfg` as `--resume` would."""
+    import dataclasses as dc
+
+    return _settings_from_manifest(dc.replace(cfg, resume=True))
+
+
 GENERATE_CONFIG = "generate.config.json"
 _GENERATE_KEYS = ("target", "max_new_tokens", "temperature", "top_p", "seed", "max_prompt_tokens", "server")
 
@@ -308,11 +315,12 @@ def run_extract(cfg, target=None) -> dict:
 
 
 def _config_layers(source: str) -> int:
+    from eaglewire.infra.atomic import read_json
     from eaglewire.target.load import resolve_target_dir
 
     p = resolve_target_dir(source) / "config.json"
-    cfg = json.loads(p.read_text())
-    n = cfg.get("num_hidden_layers", (cfg.get("text_config") or {}).get("num_hidden_layers"))
+    cfg = read_json(p, "no config.json")
+    n = cfg.get("num_hidden_layers", (cfg.get("text_config") or {}).get("num_hidden_layers")) if isinstance(cfg, dict) else None
     if not isinstance(n, int) or n < 1:
         raise EaglewireError(f"{p}: num_hidden_layers missing or not a positive integer")
     return n
@@ -373,17 +381,30 @@ def _vocab(cfg) -> dict:
     return man.vocab
 
 
+def _generation_finished(d: Path) -> bool:
+    p = Path(d) / GENERATE_CONFIG
+    try:
+        return p.is_file() and "result" in json.loads(p.read_text())
+    except ValueError:
+        return False
+
+
 @_locked
 def run_build(cfg: DataBuildConfig) -> dict:
     from eaglewire.infra.options import config_from_dict
 
     vllm = cfg.engine == "vllm"
+    if vllm and distributed():
+        raise EaglewireError("--engine vllm: one process drives the vLLM servers (which are parallel themselves); "
+                             "run it without torchrun")
     target = None if vllm else _load(cfg)
     gen_keys = DataGenerateConfig.__dataclass_fields__
     gcfg = config_from_dict(DataGenerateConfig, {k: getattr(cfg, k) for k in gen_keys})
     res = {}
     if not (cfg.resume and Manifest.exists(cfg.out)):
-        if vllm and cfg.server is None:  # the target is vLLM's to hold: answers come from a plain vLLM server
+        if vllm and cfg.server is None and cfg.resume and _generation_finished(cfg.out):
+            res["generate"] = {"skipped": "finished before"}  # its server's port is gone: asking again would clash
+        elif vllm and cfg.server is None:  # the target is vLLM's to hold: answers come from a plain vLLM server
             from eaglewire.data.extract_vllm import generate_on_vllm
 
             res["generate"] = generate_on_vllm(cfg, lambda url: run_generate(dataclasses.replace(gcfg, server=url)))

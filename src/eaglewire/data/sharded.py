@@ -150,12 +150,21 @@ def _merge_norms(per_rank: list[list[dict]]) -> list[dict]:
     return out
 
 
+def _ranks_fit(out: Path, ranks: list[str], world: int) -> bool:
+    """Each rank directory holds only the samples rank r of `world` ranks would extract (index % world == r)."""
+    for name in ranks:
+        r = int(name.split("-")[1])
+        if r >= world or any(i % world != r for i in Manifest.load(Path(out) / name).sample_indices()):
+            return False
+    return True
+
+
 def check_ranks(out: Path, world: int) -> None:
     """A dataset extracted by N ranks resumes under N ranks: each rank owns its shard directory."""
     if not Manifest.exists(out):
         # killed before rank 0 merged: the rank directories say how many ranks made it
         ranks = sorted(p.name for p in Path(out).glob("rank-*") if Manifest.exists(p))
-        if ranks and (world == 1 or len(ranks) > world):  # a single process never writes rank directories
+        if ranks and (world == 1 or not _ranks_fit(out, ranks, world)):  # one process never writes rank directories
             raise EaglewireError(f"{out}: holds the unmerged shards of a torchrun extraction ({', '.join(ranks)}), "
                                  f"resumed with {world} process(es); resume it under torchrun with the number of "
                                  "ranks it was started with (or remove those directories to start over)")

@@ -60,6 +60,7 @@ class PlanConfig:
     device_type: str = opt("cuda", "where the target and the drafter run: cuda (bf16 target) or cpu (fp32)",
                            choices=("cpu", "cuda"))
     gpus: int = opt(1, "devices sharing the work (ideal scaling assumed)", ge=1)
+    gpus_per_node: int = opt(8, "devices per node (how many nodes a capture through vLLM spans)", ge=1)
     gen_batch: int = opt(64, "generation batch size", ge=1)
     batch_tokens: int = opt(4096, "padded tokens per extraction forward", ge=1)
     shard_samples: int = opt(256, "samples per feature shard", ge=1)
@@ -235,7 +236,7 @@ def capture_path(cfg, s: dict, dev: dict) -> dict:
     flags = f"--engine vllm --tensor-parallel-size {tp}"
     if s["num_experts"]:
         flags += " --engine-args '--enable-expert-parallel'"
-    nodes = math.ceil(tp / cfg.gpus)
+    nodes = math.ceil(tp / cfg.gpus_per_node)
     out = {"path": "vllm" if nodes == 1 else "vllm multi-node", "devices_needed": need, "tensor_parallel_size": tp,
            "nodes": nodes, "command": f"eaglewire data extract DATA --target T {flags}"}
     if nodes > 1:
@@ -280,6 +281,8 @@ def _gib(b: float) -> str:
 
 def _duration(hours: float) -> str:
     """Hours as a person reads them: 9.4 h, 12 min, 3 s, not 6.12e-07."""
+    if hours >= 100:
+        return f"{hours:,.0f} h"
     if hours >= 1:
         return f"{hours:,.3g} h"
     if hours * 60 >= 1:

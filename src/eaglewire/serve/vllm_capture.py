@@ -93,7 +93,7 @@ class StatesClient:
         try:
             reply = self.client.request("/v1/completions", body)[0]
         except RequestFailed as e:
-            raise EaglewireError(f"{where}: {e}") from e
+            raise EaglewireError(str(e) if where in str(e) else f"{where}: {e}") from e
         path = (reply.get("kv_transfer_params") or {}).get("hidden_states_path")
         if not isinstance(path, str):
             raise EaglewireError(f"{where}: the reply has no kv_transfer_params.hidden_states_path; start vLLM "

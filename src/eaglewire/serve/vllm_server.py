@@ -90,7 +90,11 @@ class VllmServer:
         env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"), **self.env}
         with open(self.log, "w") as f:
             self.proc = subprocess.Popen(self.command, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        self._wait_healthy(timeout)
+        try:
+            self._wait_healthy(timeout)
+        except BaseException:  # Ctrl-C too: the server has its own session and would outlive us
+            self.stop()
+            raise
         return self
 
     def _wait_healthy(self, timeout: float) -> None:

@@ -251,9 +251,13 @@ def load_skeleton(source: str) -> Target:
 
     quiet_transformers()
     path = resolve_target_dir(source)
-    config = AutoConfig.from_pretrained(path)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    try:
+        config = AutoConfig.from_pretrained(path)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    except (OSError, ValueError, KeyError) as e:
+        raise EaglewireError(f"target {source!r}: transformers cannot build {path} as a causal LM "
+                             f"({type(e).__name__}: {e})") from e
     base = decoder_stack(model)
     names = {id(p): n for n, p in model.named_parameters()}
     keep = {names[id(p)]: p for m in (base.embed_tokens, base.norm) for p in m.parameters()}
