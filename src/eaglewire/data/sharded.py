@@ -165,9 +165,11 @@ def check_ranks(out: Path, world: int) -> None:
         # killed before rank 0 merged: the rank directories say how many ranks made it
         ranks = sorted(p.name for p in Path(out).glob("rank-*") if Manifest.exists(p))
         if ranks and (world == 1 or not _ranks_fit(out, ranks, world)):  # one process never writes rank directories
+            least = 1 + max(int(n.split("-")[1]) for n in ranks)
             raise EaglewireError(f"{out}: holds the unmerged shards of a torchrun extraction ({', '.join(ranks)}), "
-                                 f"resumed with {world} process(es); resume it under torchrun with the number of "
-                                 "ranks it was started with (or remove those directories to start over)")
+                                 f"resumed with {world} process(es); resume it under torchrun with the ranks it was "
+                                 f"started with: torchrun --nproc_per_node N -m eaglewire.cli data extract {out} "
+                                 f"--resume (N >= {max(least, 2)}; or remove those directories to start over)")
         return
     path = out / MANIFEST
     made = Manifest.load(out).ranks or 1
