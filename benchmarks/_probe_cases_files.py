@@ -43,16 +43,10 @@ def _config_with(w: World, d: Path, **change) -> bytes:
 
 def _weights(kind: str):
     def prep(w: World, d: Path) -> list:
+        from support.export_helpers import break_weights
+
         src = _sglang(w, d)
-        p = src / "model.safetensors"
-        p.unlink()
-        if kind == "garbage":
-            p.write_bytes(b"\x00not safetensors at all" * 10)
-        elif kind == "directory":
-            p.mkdir()
-        else:
-            os.symlink(src / "loop.safetensors", p)
-            os.symlink(p, src / "loop.safetensors")
+        break_weights(src / "model.safetensors", kind)
         return _doctor(src)
     return prep
 

@@ -29,9 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 CLI_ENV = {**{k: v for k, v in os.environ.items() if k != "EAGLEWIRE_DEBUG"},
            "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
 
-GOOD = {"choices": [{"message": {"role": "assistant", "content": "Blue."}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 9, "completion_tokens": 2}}
-
+from support.chat_faults import GOOD, json_faults, reply  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------- the CLI
 
@@ -122,11 +120,6 @@ def lost(before: dict, after: dict) -> list[str]:
 # ---------------------------------------------------------------------------------------------- fake server
 
 
-def _reply(msg=None, usage=GOOD["usage"]) -> dict:
-    return {"choices": [{"message": GOOD["choices"][0]["message"] if msg is None else msg, "finish_reason": "stop"}],
-            "usage": usage}
-
-
 def _send(h, body: bytes, length: int | None = None, status: int = 200):
     h.send_response(status)
     h.send_header("Content-Type", "application/json")
@@ -139,7 +132,7 @@ def _trickle(h):
     h.send_response(200)
     h.send_header("Content-Type", "application/json")
     h.end_headers()
-    for b in json.dumps(_reply({"role": "assistant", "content": "x" * 100})).encode():  # a byte every 0.5 s
+    for b in json.dumps(reply({"role": "assistant", "content": "x" * 100})).encode():  # a byte every 0.5 s
         h.wfile.write(bytes([b]))
         h.wfile.flush()
         time.sleep(0.5)
@@ -160,14 +153,8 @@ def _first_incomplete(h, k):
 
 
 FAULTS = {
-    "good": GOOD,
-    "parts": _reply({"role": "assistant", "content": [{"type": "text", "text": "Bl"}, {"type": "text", "text": "ue."}]}),
-    "int-content": _reply({"role": "assistant", "content": 42}),
-    "message-string": _reply("hello"),
-    "usage-list": _reply(usage=[1, 2]),
-    "no-content-key": _reply({"role": "assistant"}),
-    "huge-count": _reply(usage={"prompt_tokens": 9, "completion_tokens": 10 ** 15}),
-    "huge-answer": lambda h: _send(h, json.dumps(_reply({"role": "assistant", "content": "x" * 20_000_000})).encode()),
+    **json_faults(),
+    "huge-answer": lambda h: _send(h, json.dumps(reply({"role": "assistant", "content": "x" * 20_000_000})).encode()),
     "incomplete": lambda h: _send(h, json.dumps(GOOD).encode()[:20], length=400),
     "bad-status-line": lambda h: (h.wfile.write(b"NOT-HTTP garbage\r\n\r\n"), h.wfile.flush()),
     "not-utf8": lambda h: _send(h, b'{"choices": [{"message": {"role": "assistant", "content": "caf\xe9"}}]}'),

@@ -8,15 +8,10 @@ import time
 
 import pytest
 
+from support import chat_faults
 from support.cli import run_cli
 
-GOOD = {"choices": [{"message": {"role": "assistant", "content": "Blue."}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 9, "completion_tokens": 2}}
-
-
-def _reply(msg=None, usage=GOOD["usage"], **choice):
-    return {"choices": [{"message": msg if msg is not None else GOOD["choices"][0]["message"],
-                         "finish_reason": "stop", **choice}], "usage": usage}
+GOOD, _reply = chat_faults.GOOD, chat_faults.reply
 
 
 class _Fake(http.server.BaseHTTPRequestHandler):
@@ -67,14 +62,8 @@ def _slow(h):
 
 
 FAULTS = {
-    "good": GOOD,
+    **chat_faults.json_faults(),
     "slow": _slow,
-    "parts": _reply({"role": "assistant", "content": [{"type": "text", "text": "Bl"}, {"type": "text", "text": "ue."}]}),
-    "int-content": _reply({"role": "assistant", "content": 42}),
-    "message-string": _reply("hello"),
-    "usage-list": _reply(usage=[1, 2]),
-    "no-content-key": _reply({"role": "assistant"}),
-    "huge-count": _reply(usage={"prompt_tokens": 9, "completion_tokens": 10 ** 15}),
     "huge-answer": _reply({"role": "assistant", "content": "x" * 2_000_000}),
     "incomplete": _incomplete,
     "not-utf8": _not_utf8,

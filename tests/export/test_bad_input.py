@@ -185,20 +185,11 @@ def test_import_of_a_garbage_config_is_one_line(exported, tmp_path, content, msg
 
 @pytest.mark.parametrize("kind", ["garbage", "directory", "symlink-loop"])
 def test_doctor_config_on_unreadable_weights_is_a_verdict(exported, kind):
-    import os
-
     from eaglewire.doctor.engine_config import doctor_config
+    from support.export_helpers import break_weights
 
     d, _ = exported
-    w = d / "model.safetensors"
-    w.unlink()
-    if kind == "garbage":
-        w.write_bytes(b"\x00not safetensors at all" * 10)
-    elif kind == "directory":
-        w.mkdir()
-    else:
-        os.symlink(d / "loop.safetensors", w)
-        os.symlink(w, d / "loop.safetensors")
+    break_weights(d / "model.safetensors", kind)
     rep = doctor_config(d, "sglang", L, None, None, None)
     weights = next(c for c in rep.checks if c.name == "weights")
     assert not weights.ok and rep.failed and "cannot be read as safetensors" in weights.detail

@@ -63,3 +63,19 @@ def provenance(points, num_layers: int, model_type: str | None = None, **fields)
     # a made-up target known by its shape and a fake hash: a test drafter has no real target to fingerprint
     fp = TargetFingerprint(num_layers=num_layers, model_type=model_type, config_sha="test-drafter")
     return Provenance(points=pts, target=TargetRecord(source=None, fingerprint=fields.pop("fingerprint", fp)), **fields)
+
+
+def break_weights(path, kind: str) -> None:
+    """Replace a weights file by garbage bytes, a directory or a symlink loop (what a reader must survive)."""
+    import os
+    from pathlib import Path
+
+    p = Path(path)
+    p.unlink()
+    if kind == "garbage":
+        p.write_bytes(b"\x00not safetensors at all" * 10)
+    elif kind == "directory":
+        p.mkdir()
+    else:
+        os.symlink(p.parent / "loop.safetensors", p)
+        os.symlink(p, p.parent / "loop.safetensors")

@@ -101,13 +101,16 @@ def server_spec(cfg, target_dir: Path, ids: list[int], states_dir: Path, cpu_bui
     from eaglewire.serve.vllm_capture import capture_args
     from eaglewire.serve.vllm_server import ServeSpec, free_port
 
-    extra = capture_args(ids, states_dir, ours=cpu_build)
-    if cfg.tensor_parallel_size > 1:
-        extra += ["--tensor-parallel-size", str(cfg.tensor_parallel_size)]
-    extra += shlex.split(cfg.engine_args)
+    extra = capture_args(ids, states_dir, ours=cpu_build) + _parallel_args(cfg)
     return ServeSpec(target_dir=target_dir, drafter_dir=None, port=free_port(), dtype=_vllm_dtype(cfg.dtype, cpu_build),
                      max_model_len=_model_len(target_dir, cfg.max_seq_len + 1), memory_fraction=0.3 if cpu_build else 0.0,
                      extra=extra)
+
+
+def _parallel_args(cfg) -> list[str]:
+    """The user's parallelism and extra flags, the same for the generation and the capture server."""
+    tp = ["--tensor-parallel-size", str(cfg.tensor_parallel_size)] if cfg.tensor_parallel_size > 1 else []
+    return tp + shlex.split(cfg.engine_args)
 
 
 def _model_len(target_dir: Path, want: int) -> int:
@@ -196,11 +199,10 @@ def generate_on_vllm(cfg, generate):
 
     python = find_python(cfg.vllm_python)
     cpu = is_cpu_build(python)
-    extra = (["--tensor-parallel-size", str(cfg.tensor_parallel_size)] if cfg.tensor_parallel_size > 1 else [])
     spec = ServeSpec(target_dir=resolve_target_dir(cfg.target), drafter_dir=None, port=free_port(),
                      dtype=_vllm_dtype(cfg.dtype, cpu),
                      max_model_len=_model_len(resolve_target_dir(cfg.target), cfg.max_prompt_tokens + cfg.max_new_tokens + 8),
-                     memory_fraction=0.3 if cpu else 0.0, extra=extra + shlex.split(cfg.engine_args))
+                     memory_fraction=0.3 if cpu else 0.0, extra=_parallel_args(cfg))
     log = cfg.out / "vllm-generate.log"
     cfg.out.mkdir(parents=True, exist_ok=True)
     print(f"[generate] starting vLLM for the answers (~3 min); log {log}", flush=True)
