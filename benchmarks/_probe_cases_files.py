@@ -52,7 +52,7 @@ def _weights(kind: str):
 
 
 def _doctor(src: Path) -> list:
-    return ["doctor", "config", src, "--engine", "sglang", "--num-layers", L, "--json"]
+    return ["doctor", "config", src, "--engine", "sglang", "--target-layers", L, "--json"]
 
 
 def _imp(src: Path, d: Path) -> list:

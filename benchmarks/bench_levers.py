@@ -1,20 +1,19 @@
-"""Drafter-quality levers: held-out tau per CPU-minute, one training run per variant.
+"""Drafter-quality levers: held-out mean acceptance length per CPU-minute, one training run per variant.
 
 Every variant trains on the same dataset (`--data`, made with `eaglewire data
-build`) with the same seed and budget, then is scored on a dataset built from
-the shipped held-out prompts (`--heldout`: the target's own greedy answers to
-prompts no training set uses). On greedy answers the offline chain tau is what
-chain decoding would accept while serving those prompts: while drafts match,
-the drafter's own tokens equal the answer's tokens.
+build`) with the same seed, starting from the demo presets' training recipe,
+then is scored by `bench_heldout.py` on a dataset built from the shipped
+held-out prompts (`--heldout`): mean acceptance length at chain depth 3,
+ungated, as vLLM reports it, per position and per prompt category.
 
     eaglewire data build --target default --prompts src/eaglewire/bench_prompts/heldout.jsonl \\
-        --max-new-tokens 160 --batch-size 64 --out runs/heldout
-    eaglewire data build --target default --topic-prompts 640 --max-new-tokens 160 --batch-size 64 --out runs/topic640
-    python benchmarks/bench_levers.py --data runs/topic640 --heldout runs/heldout --out runs/levers \\
-        --variant base: --variant fc_norm:fc_norm=1 --variant target:fc_norm=1,init=target,freeze_head=1 --json
+        --max-new-tokens 160 --gen-batch-size 54 --out runs/heldout160
+    python benchmarks/bench_levers.py --data runs/demo-quick/data --heldout runs/heldout160 --out runs/levers \\
+        --variant base: --variant noise:feature_noise=0.1 --variant two_layers:num_layers=2 --json
 
 A variant is NAME:key=value,... over `eaglewire train` options. Runs are
-sequential (one at a time: a second heavy job distorts the CPU-minutes).
+sequential (one at a time: a second heavy job distorts the CPU-minutes). A
+variant whose drafter exists under --out is scored again, not retrained.
 """
 
 from __future__ import annotations
@@ -25,18 +24,25 @@ import json
 import time
 from pathlib import Path
 
-import torch
+from bench_heldout import categories, load_head_and_tokenizer, print_rows, score
 
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.doctor.drafter import chain_stats
-from eaglewire.drafter.checkpoint import load_checkpoint
 from eaglewire.infra.options import config_from_dict
-from eaglewire.target.load import load_target
 from eaglewire.training.cli import TrainConfig
 from eaglewire.training.loop import run_train
 
-BASE = dict(epochs=1, batch_size=2, lr=3e-3, max_len=512, ttt_steps=5, device="cpu", save_every=100000,
-            val_fraction=0.05, seed=0)
+
+def base_options() -> dict:
+    """The quick preset's training recipe, read from the demo (one definition), on CPU."""
+    from pathlib import Path as _P
+
+    from eaglewire.demo.commands import demo_steps
+    from eaglewire.demo.run import PRESETS
+
+    train = next(s.config for s in demo_steps("default", PRESETS["quick"], _P("x")) if s.command == "train")
+    keep = ("epochs", "batch_size", "lr", "max_len", "ttt_steps", "lk_weight", "init", "freeze_head", "fc_norm",
+            "val_fraction", "seed", "feature_noise")
+    return {**{k: getattr(train, k) for k in keep}, "device": "cpu", "save_every": 100000}
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -49,14 +55,8 @@ def parse_variant(text: str) -> tuple[str, dict]:
             raise SystemExit(f"--variant {text!r}: unknown train option {k!r}")
         typ = str(fields[k].type)
         out[k] = (v in ("1", "true", "True") if typ == "bool" else int(v) if typ == "int"
-                  else float(v) if typ == "float" else v)
+                  else float(v) if typ == "float" else Path(v) if "Path" in typ else v)
     return name, out
-
-
-def score(ckpt: Path, heldout: Path, head_w: torch.Tensor, depth: int) -> dict:
-    model, _ = load_checkpoint(ckpt)
-    ds = FeatureDataset(heldout, verify=False)
-    return chain_stats(model, ds, head_w, len(ds), depth)
 
 
 def main() -> None:
@@ -65,29 +65,37 @@ def main() -> None:
     ap.add_argument("--heldout", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--variant", action="append", required=True, help="NAME:key=value,... (train options)")
-    ap.add_argument("--depth", type=int, default=5, help="chain depth of the held-out tau")
+    ap.add_argument("--depth", type=int, default=3, help="chain depth of the held-out acceptance length")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    head_w = load_target("default").model.get_output_embeddings().weight.detach().float()
+    head_w, tok = load_head_and_tokenizer()
+    cats = categories(args.heldout, FeatureDataset(args.heldout, verify=False), tok)
     rows = []
     for v in args.variant:
         name, kw = parse_variant(v)
-        cfg = config_from_dict(TrainConfig, {**BASE, **kw, "data": args.data, "out": args.out / name})
-        t0, c0 = time.perf_counter(), time.process_time()
-        res = run_train(cfg)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        s = score(args.out / name / "drafter", args.heldout, head_w, args.depth)
-        rows.append({"variant": name, "options": kw, "steps": res["steps"], "train_wall_min": wall / 60,
-                     "train_cpu_min": cpu / 60, "val_acc": res["validation"]["acc"], "heldout_acc": s["acc"],
-                     "heldout_tau_chain": s["tau_chain"]})
-    base = rows[0]
+        out = args.out / name
+        opts = {**base_options(), **kw, "data": kw.get("data", args.data), "out": out}
+        cfg = config_from_dict(TrainConfig, opts)
+        done = out / "result.json"
+        recorded = json.loads(done.read_text()).get("options", "unrecorded") if done.exists() else None
+        same = done.exists() and recorded in ("unrecorded", {k: str(v) for k, v in opts.items()})  # older runs: trusted
+        if done.exists() and not same:
+            raise SystemExit(f"{out}: trained with other options than variant {name!r} now gives; remove it or rename the variant")
+        if same:
+            res = json.loads(done.read_text())
+        else:
+            t0, c0 = time.perf_counter(), time.process_time()
+            r = run_train(cfg)
+            res = {"steps": r["steps"], "val_acc": r["validation"]["acc"], "train_wall_min": (time.perf_counter() - t0) / 60,
+                   "train_cpu_min": (time.process_time() - c0) / 60, "options": {k: str(v) for k, v in opts.items()}}
+            done.write_text(json.dumps(res))
+        s = score(out / "drafter", args.heldout, head_w, cats, args.depth)
+        rows.append({"variant": name, "options": {k: str(v) for k, v in kw.items()}, **res, **s, "drafter": name})
+    print_rows(rows)
+    print(f"{'variant':<20}{'steps':>6}{'wall min':>9}{'val acc_0':>10}{'MAL@3':>7}")
     for r in rows:
-        r["tau_gain_per_cpu_min_vs_first"] = (r["heldout_tau_chain"] - base["heldout_tau_chain"]) / max(
-            r["train_cpu_min"], 1e-9) if r is not base else 0.0
-    print(f"{'variant':<14}{'steps':>6}{'cpu min':>9}{'acc_0':>7}{'acc_1':>7}{'tau(chain)':>11}")
-    for r in rows:
-        print(f"{r['variant']:<14}{r['steps']:>6}{r['train_cpu_min']:>9.1f}{r['heldout_acc'][0]:>7.3f}"
-              f"{r['heldout_acc'][1]:>7.3f}{r['heldout_tau_chain']:>11.2f}")
+        print(f"{r['variant']:<20}{r['steps']:>6}{r['train_wall_min']:>9.1f}{r['val_acc'][0]:>10.3f}"
+              f"{r['mean_acceptance_length']:>7.3f}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "levers.json").write_text(json.dumps(rows, indent=2))
     if args.json:

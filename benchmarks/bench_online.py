@@ -36,7 +36,7 @@ def build(root: Path, args) -> tuple[Path, Path]:
     run_generate(DataGenerateConfig(out=off, target=args.target, topic_prompts=args.samples, device="cpu",
                                     max_new_tokens=args.max_new_tokens, batch_size=16))
     run_extract(DataExtractConfig(data=off, target=args.target, store_dtype=args.store_dtype, device="cpu"))
-    run_vocab(DataVocabConfig(data=off, size=args.vocab_size))
+    run_vocab(DataVocabConfig(data=off, vocab_size=args.vocab_size))
     on = root / "online"
     on.mkdir()
     for name in COPY:

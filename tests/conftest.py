@@ -58,3 +58,24 @@ def vllm_python():
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"vLLM is required under CI=true: {e}")
         pytest.skip(f"no vLLM: {e}")
+
+
+@pytest.fixture
+def make_run(tiny_drafter, tmp_path):
+    """make_run(log=None, exports=("sglang", "vllm")) -> a run directory with the report written."""
+    import shutil
+
+    from eaglewire.demo.report import write_report
+    from support.demo_data import synthetic_log
+
+    def make(log: dict | None = None, exports=("sglang", "vllm")) -> Path:
+        ckpt, _ = tiny_drafter
+        run = tmp_path / "run"
+        shutil.copytree(ckpt, run / "train" / "drafter")
+        shutil.copy(ckpt.parent / "metrics.csv", run / "train" / "metrics.csv")
+        for fmt in exports:
+            (run / "export" / fmt).mkdir(parents=True)
+        write_report(run, "quick", {"topic_prompts": 320, "bench_prompts": 3, "bench_tokens": 64}, log or synthetic_log())
+        return run
+
+    return make

@@ -36,7 +36,7 @@ def _drafter_dir(tmp, config: str):
 # (id, argv builder from tmp_path, words the one-line message must contain)
 CASES = [
     ("inspect-bad-target", lambda t: ["inspect", "--target", str(t / "nowhere")], ["nowhere", "tiny:<arch>"]),
-    ("layers-out-of-range", lambda t: ["layers", "99", "--num-layers", "30", "--from", "vllm"], ["99"]),
+    ("layers-out-of-range", lambda t: ["layers", "99", "--target-layers", "30", "--layers-from", "vllm"], ["99"]),
     ("capture-empty-text", lambda t: ["capture", "--text", "", "--out", str(t / "c"), "--target", "tiny:llama",
                                       "--no-chat"], ["--text"]),
     ("data-build-not-utf8", lambda t: ["data", "build", "--target", "tiny:llama", "--out", str(t / "o"), "--prompts",
@@ -46,7 +46,7 @@ CASES = [
     ("data-generate-missing-prompts", lambda t: ["data", "generate", "--target", "tiny:llama", "--out", str(t / "o"),
                                                  "--prompts", str(t / "missing.jsonl")], ["missing.jsonl"]),
     ("data-generate-bad-batch", lambda t: ["data", "generate", "--out", str(t / "o"), "--topic-prompts", "4",
-                                           "--batch-size", "0"], ["--batch-size"]),
+                                           "--gen-batch-size", "0"], ["--gen-batch-size"]),
     ("data-extract-no-responses", lambda t: ["data", "extract", str(t / "empty"), "--target", "tiny:llama"],
      ["responses.jsonl"]),
     ("data-vocab-no-manifest", lambda t: ["data", "vocab", str(t / "empty")], ["manifest.json"]),
@@ -74,10 +74,10 @@ CASES = [
     ("doctor-dataset-missing", lambda t: ["doctor", "dataset", str(t / "nods")], ["nods"]),
     ("doctor-drafter-missing", lambda t: ["doctor", "drafter", str(t / "nockpt"), "--data", str(t)], ["nockpt"]),
     ("doctor-config-truncated", lambda t: ["doctor", "config", str(_drafter_dir(t, '{"architectures": [')),
-                                           "--num-layers", "30"], ["config.json"]),
+                                           "--target-layers", "30", "--engine", "vllm"], ["config.json"]),
     ("doctor-config-id-not-int", lambda t: ["doctor", "config", str(_drafter_dir(t, json.dumps(
         {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": ["a", 2, 3]}}))),
-        "--num-layers", "30"], ["eagle_aux_hidden_state_layer_ids", "integer"]),
+        "--target-layers", "30", "--engine", "sglang"], ["eagle_aux_hidden_state_layer_ids", "integer"]),
     ("doctor-online-missing", lambda t: ["doctor", "online", "--drafter", str(t / "nockpt"), "--data", str(t)],
      ["nockpt"]),
     ("demo-bad-preset", lambda t: ["demo", "--preset", "huge", "--run-dir", str(t / "d")], ["huge"]),

@@ -49,7 +49,7 @@ def _answers(d: Path) -> dict:
 def test_server_answers_equal_local_and_build_records_provenance(server, tmp_path):
     prompts = _prompts(tmp_path)
     common = ["--target", "tiny:llama", "--prompts", prompts, "--max-new-tokens", NEW_TOKENS]
-    local = _run("data", "generate", *common, "--out", tmp_path / "local", "--device", "cpu", "--batch-size", 1)
+    local = _run("data", "generate", *common, "--out", tmp_path / "local", "--device", "cpu", "--gen-batch-size", 1)
     assert local.returncode == 0, local.stderr
     r = _run("data", "build", *common, "--out", tmp_path / "srv", "--device", "cpu", "--server", server + "/v1",
              "--concurrency", 3, "--json")

@@ -29,7 +29,7 @@ def _prompts(tmp_path, n=10):
 
 def _build_args(prompts, out, *extra):
     return ["data", "build", "--target", "tiny:llama", "--prompts", str(prompts), "--max-new-tokens", "10",
-            "--batch-size", "1", "--shard-samples", "2", "--store-dtype", "fp32", "--device", "cpu",
+            "--gen-batch-size", "1", "--shard-samples", "2", "--store-dtype", "fp32", "--device", "cpu",
             "--out", str(out), *extra]
 
 

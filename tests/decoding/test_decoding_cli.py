@@ -148,3 +148,21 @@ def test_a_garbage_provenance_is_one_line(llama_ckpt, tmp_path, content):
     (bad / "eaglewire.json").write_bytes(content)
     r = run_cli("generate", "--drafter", bad, "--target", "tiny:llama", "--prompt", "hi", "--max-new-tokens", 2)
     assert r.returncode == 2 and "eaglewire.json" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_undrafted_rounds_are_named_in_bench_md_and_generate(tiny_targets, llama_ckpt, tmp_path):
+    """A threshold no draft reaches gives tau 1.00: both outputs must say why, with the counts."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "Hello, how are you?", "category": "chat"}\n')
+    r = CliRunner().invoke(app, ["bench", "--target", "tiny:llama", "--drafter", str(llama_ckpt), "--prompts",
+                                 str(prompts), "--max-new-tokens", "6", "--out", str(tmp_path / "b"), "--methods",
+                                 "eaglewire_plain", "--methods", "eaglewire_tree", "--min-prob", "0.999999"])
+    assert r.exit_code == 0, r.output
+    d = json.loads((tmp_path / "b" / "bench.json").read_text())["methods"]["eaglewire_tree"]
+    n, gated = d["verify_steps"], d["rounds_without_drafts"]
+    assert gated == n > 0  # every round verified its last token alone
+    md = (tmp_path / "b" / "bench.md").read_text()
+    assert f"eaglewire_tree: {n} of {n} rounds had no draft above --min-prob 0.999999" in md
+    g = CliRunner().invoke(app, ["generate", "--target", "tiny:llama", "--drafter", str(llama_ckpt), "--prompt", "Hi",
+                                 "--max-new-tokens", "6", "--min-prob", "0.999999"])
+    assert g.exit_code == 0 and "rounds had no draft above --min-prob 0.999999" in g.stderr

@@ -70,6 +70,16 @@ def test_speculators_export_norm_placement_is_read_where_vllm_reads_it(tmp_path,
     assert row.ok or "norm_before_residual is True (absent: the engine default), trained with False" in row.detail
 
 
+@pytest.mark.parametrize("fmt", ["sglang", "vllm"])
+def test_doctor_config_without_engine_checks_the_engine_the_export_was_written_for(tmp_path, capsys, fmt):
+    """No --engine: an sglang export is read as SGLang reads it (as vLLM, its ids are not where vLLM looks)."""
+    ck, _ = make_ckpt(tmp_path / "ck")
+    run_export(ExportConfig(ckpt=ck, format=fmt, out=tmp_path / fmt))
+    code, rep = _cli_config(capsys, drafter_dir=tmp_path / fmt, target_layers=L)
+    assert code == 0 and _not_ok(rep) == [], rep
+    assert code == _cli_config(capsys, drafter_dir=tmp_path / fmt, target_layers=L, engine=fmt)[0]
+
+
 def test_export_records_the_training_config(tmp_path):
     """`doctor config EXPORT` without --trained-on still checks rope/eps/norm after the checkpoint is gone."""
     ck, m = make_ckpt(tmp_path / "ck")

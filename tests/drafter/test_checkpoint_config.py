@@ -21,7 +21,7 @@ from eaglewire.export.importer import run_import
 from eaglewire.export.options import ExportConfig, ImportConfig
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.points import Point, eagle3_default, layer_out
-from support.export_helpers import L, make_ckpt, make_drafter, provenance
+from support.export_helpers import VERIFIER, L, make_ckpt, make_drafter, provenance
 
 ENGINE_CLAIMS = ("architectures", "model_type", "eagle_config", "eagle_aux_hidden_state_layer_ids")
 
@@ -134,7 +134,7 @@ def test_old_style_checkpoint_config_still_loads_exports_and_doctors(tmp_path, k
     m2, prov = load_checkpoint(ck)
     _same_weights(m, m2)
     assert trained_model_config(ck) == m.config.to_dict()
-    rec = run_export(ExportConfig(ckpt=ck, format="speculators" if kw else "sglang", out=tmp_path / "x"))
+    rec = run_export(ExportConfig(ckpt=ck, format="speculators" if kw else "sglang", out=tmp_path / "x", verifier=VERIFIER))
     assert rec["ids"] == ([2, 4, 5] if kw else [1, 3, 4])
     if not kw:
         assert not doctor_config(ck, "sglang", L, prov.point_names, None, None, trained_model_config(ck)).failed

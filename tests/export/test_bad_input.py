@@ -123,7 +123,7 @@ def test_official_pickle_without_embedding_needs_target(tmp_path):
 
 def test_full_vocab_without_maps_is_identity_assumed(tmp_path):
     ck, m = make_ckpt(tmp_path / "ck", draft_vocab_size=97)
-    run_export(ExportConfig(ckpt=ck, format="speculators", out=tmp_path / "s"))
+    run_export(ExportConfig(ckpt=ck, format="speculators", out=tmp_path / "s", verifier="org/target"))
     assert "d2t" not in load_file(str(tmp_path / "s" / "model.safetensors"))
     res = _imp(tmp_path / "s", tmp_path)
     assert any("identity" in a for a in res["assumed"])

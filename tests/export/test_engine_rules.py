@@ -46,7 +46,7 @@ from safetensors.torch import load_file
 from eaglewire.export.exporter import run_export
 from eaglewire.export.options import ExportConfig
 from eaglewire.target.points import ids_for_points, parse_points
-from support.export_helpers import L, make_ckpt
+from support.export_helpers import VERIFIER, L, make_ckpt
 
 _STACK = [(".qkv_proj", ".q_proj"), (".qkv_proj", ".k_proj"), (".qkv_proj", ".v_proj"),
           (".gate_up_proj", ".gate_proj"), (".gate_up_proj", ".up_proj")]
@@ -113,7 +113,7 @@ def test_sglang_loads_every_tensor(tmp_path):
 @pytest.mark.parametrize("fmt", ["vllm", "speculators"])
 def test_vllm_loads_every_tensor(tmp_path, fmt, num_layers):
     ck, m = make_ckpt(tmp_path / "ck", num_layers=num_layers, norm_before_residual=True)
-    run_export(ExportConfig(ckpt=ck, format=fmt, out=tmp_path / "v"))
+    run_export(ExportConfig(ckpt=ck, format=fmt, verifier=VERIFIER, out=tmp_path / "v"))
     sd = load_file(str(tmp_path / "v" / "model.safetensors"))
     got, params = vllm_load(sd, num_layers)
     unfilled = params - set(got.values())

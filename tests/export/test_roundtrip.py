@@ -13,13 +13,13 @@ from eaglewire.export.importer import run_import
 from eaglewire.export.options import ExportConfig, ImportConfig
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.target.points import ids_for_points, parse_points
-from support.export_helpers import L, draft_logits, make_ckpt
+from support.export_helpers import VERIFIER, L, draft_logits, make_ckpt
 
 FORMATS = ["sglang", "vllm", "speculators", "eagle"]
 
 
 def _roundtrip(tmp_path, fmt, ck, **imp):
-    run_export(ExportConfig(ckpt=ck, format=fmt, out=tmp_path / f"x-{fmt}"))
+    run_export(ExportConfig(ckpt=ck, format=fmt, verifier=VERIFIER, out=tmp_path / f"x-{fmt}"))
     res = run_import(ImportConfig(src=tmp_path / f"x-{fmt}", out=tmp_path / f"i-{fmt}", target_layers=L, **imp))
     model, prov = load_checkpoint(tmp_path / f"i-{fmt}")
     return res, model, prov
@@ -56,7 +56,7 @@ def test_custom_points_ids_written_per_engine_meaning(tmp_path):
     pts = parse_points(["layers.2.out", "layers.4.out", "layers.6.out"], L)
     ck, m = make_ckpt(tmp_path / "ck", points=pts)
     for fmt, key, eng in (("sglang", None, "sglang"), ("vllm", "top", "vllm"), ("speculators", "top", "vllm")):
-        r = run_export(ExportConfig(ckpt=ck, format=fmt, out=tmp_path / fmt))
+        r = run_export(ExportConfig(ckpt=ck, format=fmt, verifier=VERIFIER, out=tmp_path / fmt))
         cfg = json.loads((tmp_path / fmt / "config.json").read_text())
         got = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] if key is None else cfg["eagle_aux_hidden_state_layer_ids"]
         assert got == r["ids"] == ids_for_points(pts, eng, L)
@@ -85,7 +85,7 @@ def test_refusals_for_unexpressible_architecture(tmp_path):
     ck, _ = make_ckpt(tmp_path / "ck", fc_norm=True, norm_before_residual=True)
     for fmt, what in (("sglang", "fc_norm"), ("vllm", "fc_norm"), ("eagle", "norm_before_residual")):
         with pytest.raises(EaglewireError, match=what):
-            run_export(ExportConfig(ckpt=ck, format=fmt, out=tmp_path / fmt))
+            run_export(ExportConfig(ckpt=ck, format=fmt, verifier=VERIFIER, out=tmp_path / fmt))
 
 
 def test_sglang_default_export_has_no_version_warning(tmp_path):

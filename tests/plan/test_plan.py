@@ -44,7 +44,7 @@ def test_disk_estimate_matches_real_shard_bytes(dtype, tmp_path):
 def test_param_count_from_config_equals_the_real_model(arch, tiny_targets):
     t = tiny_targets[arch]
     real = sum(p.numel() for p in t.model.parameters())
-    r = _plan("--model-config", str(t.path / "config.json"), "--samples", "10", "--seq-len", "32", "--device-type", "cpu")
+    r = _plan("--model-config", str(t.path / "config.json"), "--samples", "10", "--seq-len", "32", "--device", "cpu")
     assert r["target"]["num_parameters"] == real
     assert r["target"]["formula_parameters"] == real  # the fallback formula agrees on these archs
     assert r["device_memory"]["target_weights"] == real * 4  # fp32 on cpu
@@ -101,12 +101,12 @@ def test_kv_cache_estimate_matches_a_real_cache(arch, tiny_targets):
         out = t.model(torch.randint(0, 100, (B, T)), use_cache=True)
     cache = out.past_key_values
     real = sum(x.numel() * x.element_size() for layer in cache.layers for x in (layer.keys, layer.values))
-    r = plan(PlanConfig(target=f"tiny:{arch}", samples=10, seq_len=T, gen_batch=B, device_type="cpu"))
+    r = plan(PlanConfig(target=f"tiny:{arch}", samples=10, seq_len=T, gen_batch_size=B, device="cpu"))
     assert r["device_memory"]["generate_kv_cache"] == real
 
 
 def test_plan_reads_no_weights_and_states_its_assumptions(tiny_targets):
-    r = plan(PlanConfig(target="tiny:llama", samples=1000, seq_len=512, device_type="cuda", gpus=2))
+    r = plan(PlanConfig(target="tiny:llama", samples=1000, seq_len=512, device="cuda", gpus=2))
     assert r["estimate"] is True and len(r["assumptions"]) >= 6
     off, on = r["time"]["offline"], r["time"]["online"]
     # epochs=2: the online path runs the target forward twice, the offline path once
@@ -126,8 +126,8 @@ def test_cpu_rates_are_the_measured_figures_on_the_measured_target(default_targe
     )
 
     assert CPU_REF_PARAMS == sum(p.numel() for p in default_target.model.parameters())
-    r = plan(PlanConfig(target="default", samples=10, seq_len=256, device_type="cpu", gen_batch=64, ttt_steps=7,
-                        draft_vocab=8192))
+    r = plan(PlanConfig(target="default", samples=10, seq_len=256, device="cpu", gen_batch_size=64, ttt_steps=7,
+                        vocab_size=8192))
     assert r["drafter"]["matmul_parameters"] == CPU_REF_DRAFTER_MATMUL
     rates = r["time"]["rates_tokens_per_s_per_device"]
     assert rates == {"generate": CPU_GEN_TOK_S[64], "extract": CPU_EXTRACT_TOK_S, "train": CPU_TRAIN_TOK_S,
@@ -184,8 +184,20 @@ def _deepseek_v3_full(tmp_path):
     return p
 
 
+def test_device_auto_is_what_every_command_picks_and_cuda_sizes_without_a_gpu(tiny_targets):
+    """auto resolves as elsewhere (infra.device), and says so; cuda needs no GPU here: plan only sizes."""
+    from eaglewire.infra.device import auto_device_type
+
+    auto = plan(PlanConfig(target="tiny:llama", samples=10, seq_len=64))
+    assert auto["run"]["device_type"] == auto_device_type()
+    assert auto["assumptions"][0].startswith(f"--device auto: sized for {auto_device_type()}")
+    cuda = plan(PlanConfig(target="tiny:llama", samples=10, seq_len=64, device="cuda"))
+    assert cuda["run"]["device_type"] == "cuda" and cuda["device_memory"]["bytes_per_weight"] == 2
+    assert not cuda["assumptions"][0].startswith("--device auto")
+
+
 def test_capture_path_in_process_when_one_device_holds_the_target():
-    r = _plan("--target", "tiny:llama", "--samples", "10", "--seq-len", "64", "--device-type", "cuda", "--gpus", "8")
+    r = _plan("--target", "tiny:llama", "--samples", "10", "--seq-len", "64", "--device", "cuda", "--gpus", "8")
     assert r["capture"]["path"] == "in process" and "torchrun --nproc_per_node 8" in r["capture"]["command"]
 
 
@@ -193,7 +205,7 @@ def test_capture_path_in_process_when_one_device_holds_the_target():
                                                            (8, 80, "vllm multi-node", 32, 4)])
 def test_capture_path_for_a_671b_target_is_vllm_tensor_and_expert_parallel(tmp_path, per_node, memory, path, tp, nodes):
     r = _plan("--model-config", str(_deepseek_v3_full(tmp_path)), "--samples", "1000", "--seq-len", "2048",
-              "--device-type", "cuda", "--gpus", "32", "--gpus-per-node", str(per_node),
+              "--device", "cuda", "--gpus", "32", "--gpus-per-node", str(per_node),
               "--device-memory-gib", str(memory))
     c = r["capture"]
     assert r["target"]["num_parameters"] > 600e9

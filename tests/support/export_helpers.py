@@ -12,6 +12,10 @@ from eaglewire.target.points import eagle3_default
 L = 8  # target layers: default capture = layers.1.out, layers.3.out, layers.4.out
 
 
+# what a speculators export names as its verifier when the test checkpoint records no target
+VERIFIER = "org/target"
+
+
 def tiny_cfg(**kw) -> DrafterConfig:
     base = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                 rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=256, target_hidden_size=32,

@@ -23,5 +23,5 @@ def build_tiny_dataset(root, arch="llama", n=24, max_new_tokens=24, vocab_size=2
     run_generate(DataGenerateConfig(out=out, target=target, prompts=prompts, max_new_tokens=max_new_tokens,
                                 batch_size=8, device="cpu"))
     run_extract(DataExtractConfig(data=out, target=target, store_dtype=store_dtype, device="cpu", shard_samples=8))
-    run_vocab(DataVocabConfig(data=out, size=vocab_size))
+    run_vocab(DataVocabConfig(data=out, vocab_size=vocab_size))
     return out

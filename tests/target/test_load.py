@@ -91,12 +91,12 @@ def test_cli_inspect_json_tiny():
 def test_cli_errors_are_one_line():
     r = _cli("inspect", "--target", "tiny:nope")
     assert r.returncode == 2 and r.stderr.strip().startswith("error:") and "Traceback" not in r.stderr
-    r = _cli("layers", "--num-layers", "30", "--from", "sglang", "29")
+    r = _cli("layers", "--target-layers", "30", "--layers-from", "sglang", "29")
     assert r.returncode == 2 and "not capturable" in r.stderr
 
 
 def test_cli_layers_json():
-    r = _cli("layers", "--num-layers", "61", "--from", "vllm", "2", "30", "58", "--json")
+    r = _cli("layers", "--target-layers", "61", "--layers-from", "vllm", "2", "30", "58", "--json")
     d = json.loads(r.stdout)
     assert d["sglang"] == [1, 29, 57] and d["names"][0] == "layers.1.out"
 

@@ -220,3 +220,48 @@ def test_a_malicious_optimizer_state_is_refused_in_one_line(tiny_dataset, tmp_pa
     with pytest.raises(EaglewireError, match="optimizer.pt: not an optimizer state eaglewire wrote"):
         run_train(_cfg(tiny_dataset, out, max_steps=2, save_every=1, resume=True))
     assert not (tmp_path / "PWNED_BY_OPTIMIZER_PT").exists()
+
+
+def test_fc_mix_gives_every_slot_its_share_at_init(tiny_dataset):
+    """--fc-mix m: each non-deepest slot adds about m x the deepest slot's RMS to the fc output at init."""
+    import torch
+
+    from eaglewire.data.dataset import FeatureDataset
+    from eaglewire.data.manifest import Manifest
+    from eaglewire.target.load import load_target
+    from eaglewire.training.cli import TrainConfig
+    from eaglewire.training.loop import build_drafter
+
+    ds = FeatureDataset(tiny_dataset, verify=False)
+    man = Manifest.load(tiny_dataset)
+    t = load_target("tiny:llama")
+    cfg = TrainConfig(data=tiny_dataset, out=tiny_dataset / "unused", init="target", fc_mix=0.25)
+    m = build_drafter(cfg, t, man, torch.arange(64), ds)
+    x = ds[0]["features"][1:].float()  # [T, P, H]
+    ht = m.config.target_hidden_size
+    w = m.fc.weight.detach()
+    out_rms = [(x[:, j] @ w[:, j * ht:(j + 1) * ht].T).pow(2).mean().sqrt() for j in range(x.shape[1])]
+    deep = max(range(len(out_rms)), key=lambda j: out_rms[j])
+    for j, r in enumerate(out_rms):
+        if j != deep:
+            assert 0.1 < float(r / out_rms[deep]) < 0.5, (j, out_rms)
+    with pytest.raises(EaglewireError, match="needs --init target"):
+        build_drafter(TrainConfig(data=tiny_dataset, out=tiny_dataset / "unused", fc_mix=0.25), t, man, torch.arange(64), ds)
+
+
+def test_a_run_started_before_an_option_existed_resumes(tiny_dataset, tmp_path):
+    """train.config.json written by an older eaglewire lacks the newer options: they count as their defaults."""
+    out = tmp_path / "r"
+    kw = dict(data=tiny_dataset, out=out, device="cpu", max_steps=4, batch_size=4, ttt_steps=2, max_len=64,
+              save_every=2, val_fraction=0.1)
+    run_train(TrainConfig(**kw))
+    p = out / "train.config.json"
+    saved = json.loads(p.read_text())
+    for k in ("feature_noise", "fc_mix", "intermediate_size", "max_train_samples"):
+        saved["config"].pop(k)
+    p.write_text(json.dumps(saved))
+    run_train(TrainConfig(**{**kw, "max_steps": 4}, resume=True))
+    saved["config"]["lr"] = 1.0  # a real change is still refused
+    p.write_text(json.dumps(saved))
+    with pytest.raises(EaglewireError, match="changed config"):
+        run_train(TrainConfig(**kw, resume=True))

@@ -109,7 +109,7 @@ def test_online_bf16_store_dtype_rounds_as_extraction(tiny_dataset, responses_on
     bf = tmp_path / "bf16"
     shutil.copytree(responses_only, bf)
     run_extract(DataExtractConfig(data=bf, target="tiny:llama", store_dtype="bf16", device="cpu", shard_samples=8))
-    run_vocab(DataVocabConfig(data=bf, size=200))
+    run_vocab(DataVocabConfig(data=bf, vocab_size=200))
     assert FeatureDataset(bf)[0]["features"].dtype == torch.bfloat16
     run_train(_cfg(bf, tmp_path / "off", max_steps=3))
     run_train(_online(responses_only, tmp_path / "on", max_steps=3, store_dtype="bf16"))

@@ -17,6 +17,7 @@ from typing import Any
 from eaglewire.infra.atomic import read_json, write_json_atomic
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.paths import require_exists
 from eaglewire.target.fingerprint import TargetRecord
 from eaglewire.target.points import FINAL_NORM, Point, id_lists, parse_points
 
@@ -139,7 +140,8 @@ class Manifest:
 
     @classmethod
     def load(cls, d: Path) -> Manifest:
-        p = Path(d) / MANIFEST
+        """Every command that opens a dataset comes here: a mistyped path is named as such, not as "no manifest"."""
+        p = require_exists(d, "dataset directory") / MANIFEST
         return cls.from_json(read_json(p, f"not an eaglewire dataset (no {MANIFEST})"), str(p))
 
     @staticmethod

@@ -17,6 +17,7 @@ from eaglewire.target.points import ENGINES
 
 PROMPTS = "prompts.jsonl"
 RESPONSES = "responses.jsonl"
+VOCAB_SIZE_HELP = "draft vocab size; 0 = auto (8192, or the full vocab when smaller)"
 
 
 @dataclass
@@ -45,7 +46,7 @@ class ExtractSettings:
 class _RunOptions:
     """Options every data command that runs the target shares."""
 
-    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
+    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir, a .gguf file or a hub id (org/name) in the local HF cache")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
     dtype: str = opt("auto", "model dtype: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16")
     resume: bool = opt(False, "continue an interrupted run (finished work is not redone)")
@@ -54,14 +55,19 @@ class _RunOptions:
 
 @dataclass(kw_only=True)
 class _GenOptions:
-    prompts: Path | None = opt(None, "JSONL of prompts, ShareGPT conversations or OpenAI messages")
+    prompts: Path | None = opt(None, "prompts: a JSONL, JSON (ShareGPT array) or parquet file of prompts, ShareGPT "
+                               "conversations or OpenAI messages; a directory or glob of such files; or a dataset in "
+                               "the local HF cache, org/name[/path-or-glob in it]")
     self_prompts: int = opt(0, "number of prompts to sample from the target itself (Magpie-style)", ge=0)
     self_prompt_tokens: int = opt(64, "max tokens of each self-generated prompt", ge=1)
     topic_prompts: int = opt(0, "number of prompts composed from task types x topics (free, diverse)", ge=0)
     max_new_tokens: int = opt(GenSettings.max_new_tokens, "max tokens per regenerated answer", ge=1)
     temperature: float = opt(GenSettings.temperature, "0 = greedy answers", ge=0)
     top_p: float = opt(GenSettings.top_p, "nucleus sampling for answers when temperature > 0", gt=0, le=1)
-    batch_size: int = opt(GenSettings.batch_size, "generation batch size (left padding)", ge=1)
+    # the field keeps its name (code and saved configs use it); the flag is the concept's: --batch-size
+    # is the training micro-batch everywhere else
+    batch_size: int = opt(GenSettings.batch_size, "generation batch size (left padding)", ge=1,
+                          flag="--gen-batch-size", aliases=("--batch-size",))
     seed: int = opt(GenSettings.seed, "random seed (self-prompts and sampled answers)")
     max_prompt_tokens: int = opt(GenSettings.max_prompt_tokens, "prompts longer than this (in tokens, templated) are skipped and counted", ge=1)
     server: str | None = opt(None, "regenerate through this OpenAI-compatible server (vLLM, SGLang, transformers serve, llama.cpp), e.g. http://host:8000/v1; --target then gives only the tokenizer")
@@ -110,14 +116,14 @@ class DataExtractConfig(_RunOptions, _ExtractOptions):
 @dataclass
 class DataVocabConfig:
     data: Path = opt(help="dataset directory with finished features", arg=True)
-    size: int = opt(0, "draft vocab size; 0 = auto (8192, or the full vocab when smaller)", ge=0)
+    vocab_size: int = opt(0, VOCAB_SIZE_HELP, ge=0, aliases=("--size",))
     json: bool = json_flag()
 
 
 @dataclass(kw_only=True)
 class DataBuildConfig(_RunOptions, _ExtractOptions, _GenOptions):
     out: Path = opt(help="dataset directory (created)")
-    vocab_size: int = opt(0, "draft vocab size; 0 = auto", ge=0)
+    vocab_size: int = opt(0, VOCAB_SIZE_HELP, ge=0)
 
 
 @dataclass
@@ -138,5 +144,5 @@ class DataImportConfig:
     target: str = opt("", "target that produced the states: layer count, fingerprint, final norm for speculators files")
     target_layers: int = opt(0, "the target's layer count when --target is not given (to resolve --ids/--points)")
     all_loss: bool = opt(False, "speculators without pyarrow: train on every token (loss_mask = 1), stated in the manifest")
-    shard_samples: int = opt(64, "samples per shard", ge=1)
+    shard_samples: int = opt(ExtractSettings.shard_samples, "samples per shard", ge=1)
     json: bool = json_flag()

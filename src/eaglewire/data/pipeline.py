@@ -67,15 +67,20 @@ def _collect_prompts(cfg, target) -> tuple[list, dict]:
 
 
 def _locked(fn):
-    """Run a data stage holding its dataset directory's write lock (re-entrant for `data build`)."""
+    """Run a data stage holding its dataset directory's write lock (re-entrant for `data build`).
+
+    A stage that reads a dataset (`cfg.data`) must find it before the lock
+    would create it: a mistyped path is reported as missing, not made.
+    """
     import functools
 
     @functools.wraps(fn)
     def wrapper(cfg, *args, **kwargs):
         from eaglewire.data.sharded import rank0_lock
         from eaglewire.infra.locks import dir_lock
+        from eaglewire.infra.paths import require_exists
 
-        d = getattr(cfg, "out", None) or cfg.data
+        d = getattr(cfg, "out", None) or require_exists(cfg.data, "dataset directory")
         with (rank0_lock if distributed() else dir_lock)(d, f"data {fn.__name__.removeprefix('run_')}"):
             return fn(cfg, *args, **kwargs)
     return wrapper
@@ -87,7 +92,8 @@ def run_generate(cfg, target=None) -> dict:
 
     if (cfg.out / "manifest.json").exists() and not cfg.resume:
         raise EaglewireError(f"{cfg.out}: already holds a dataset; pass --resume or choose a new --out")
-    if (cfg.out / RESPONSES).exists() and not cfg.resume:
+    # an empty answers file is what a run that failed before its first answer leaves: nothing to lose
+    if (cfg.out / RESPONSES).is_file() and (cfg.out / RESPONSES).stat().st_size and not cfg.resume:
         raise EaglewireError(f"{cfg.out}: already holds responses; pass --resume or choose a new --out")
     if cfg.server is not None and cfg.self_prompts > 0:
         raise EaglewireError("--self-prompts samples from the target in this process; with --server use --prompts or --topic-prompts")
@@ -372,7 +378,7 @@ def _vocab(cfg) -> dict:
     ids = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
     masks = [ds[i]["loss_mask"].int().tolist() for i in range(len(ds))]
     counts = count_tokens(ids, masks, V)
-    size = cfg.size or auto_vocab_size(V)
+    size = cfg.vocab_size or auto_vocab_size(V)
     vocab = build_draft_vocab(counts, size)
     save_vocab(cfg.data, vocab)
     man.vocab = {"size": size, "coverage": vocab.coverage, "num_distinct": int((counts > 0).sum())}
@@ -414,7 +420,7 @@ def run_build(cfg: DataBuildConfig) -> dict:
     ecfg = config_from_dict(DataExtractConfig, {**ex, "data": cfg.out})
     if not complete_and_intact(cfg.out):
         res["extract"] = run_extract(ecfg, target)
-    res["vocab"] = run_vocab(DataVocabConfig(data=cfg.out, size=cfg.vocab_size))
+    res["vocab"] = run_vocab(DataVocabConfig(data=cfg.out, vocab_size=cfg.vocab_size))
     if is_main():
         save_config(cfg, cfg.out / "build.config.json")
     return res

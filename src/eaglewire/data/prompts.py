@@ -1,4 +1,4 @@
-"""Prompt sources: JSONL files in common chat formats, and Magpie-style self-prompts.
+"""Prompt sources: files in common chat formats (JSONL, ShareGPT JSON, parquet), and Magpie-style self-prompts.
 
 The drafter is trained on the target's OWN answers (regenerated), so only the
 prompt side of a dataset matters; assistant turns found in files are kept as
@@ -11,7 +11,6 @@ import hashlib
 import json
 import unicodedata
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -19,7 +18,9 @@ from eaglewire.data.lossmask import SENTINEL_USER, _first_added_in, encode, rend
 from eaglewire.infra.errors import EaglewireError
 
 ROLES = ("system", "user", "assistant")
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+# "chatgpt", "bing" and "bard" name the answering model in raw ShareGPT dumps
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
+                  "chatgpt": "assistant", "bing": "assistant", "bard": "assistant"}
 EXPECTED_SHAPES = ('a JSON string, {"prompt": str}, {"text": str}, '
                    '{"conversations": [{"from", "value"}...]} (ShareGPT) or {"messages": [{"role", "content"}...]}')
 
@@ -89,26 +90,14 @@ def parse_record(obj, where: str) -> Conversation:
 
 
 def load_prompts(path) -> list[Conversation]:
-    """Read a JSONL prompt file, auto-detecting the format per line; blank lines are skipped."""
-    p = Path(path)
-    if not p.is_file():
-        raise EaglewireError(f"{p}: prompt file does not exist")
-    out = []
-    with open(p, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise EaglewireError(f"{p}:{n}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
-                                     "expected a UTF-8 JSONL file") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise EaglewireError(f"{p}:{n}: malformed JSON ({e.msg} at column {e.colno}); expected {EXPECTED_SHAPES}") from e
-            out.append(parse_record(obj, f"{p}:{n}"))
-    return out
+    """Conversations from a JSONL, JSON (ShareGPT array) or parquet file, a directory or glob of them, or a
+    dataset in the local HF cache; the format is detected per file (and per JSONL line).
+
+    The readers live in :mod:`eaglewire.data.prompt_files`; they yield records for :func:`parse_record`.
+    """
+    from eaglewire.data.prompt_files import load_prompt_source
+
+    return load_prompt_source(path)
 
 
 def dedupe(convs: list[Conversation]) -> tuple[list[Conversation], int]:

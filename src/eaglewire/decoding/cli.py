@@ -32,7 +32,7 @@ class _DraftShape:
 @dataclass(kw_only=True)
 class DecodeConfig(_DraftShape):
     prompt: str = opt(help="the user message (or raw text with --no-chat)")
-    target: str = opt("", "target: default, tiny:<arch>, an HF model dir or a .gguf file; default: the target the "
+    target: str = opt("", "target: default, tiny:<arch>, an HF model dir, a .gguf file or a cached hub id; default: the target the "
                       "drafter records, else `default`")
     drafter: Path | None = opt(None, "drafter checkpoint directory; without it decoding is plain")
     mode: str = opt("tree", "plain, chain or tree (chain and tree need a drafter)", choices=("plain", "chain", "tree"))
@@ -54,7 +54,7 @@ class BenchConfig(_DraftShape):
     drafter: Path = opt(help="drafter checkpoint directory (or a training run directory)")
     prompts: Path | None = opt(None, 'JSONL: {"prompt": ..., "category": ...} or {"messages": [...]} per line; '
                                "default: the shipped held-out set (54 prompts, 9 categories)")
-    target: str = opt("", "target: default, tiny:<arch>, an HF model dir or a .gguf file; default: the target the "
+    target: str = opt("", "target: default, tiny:<arch>, an HF model dir, a .gguf file or a cached hub id; default: the target the "
                       "drafter records, else `default`")
     max_new_tokens: int = opt(64, "max generated tokens per prompt (every method)", ge=1)
     max_prompts: int = opt(0, "use only N prompts (0 = all), taken round-robin over the categories", ge=0)

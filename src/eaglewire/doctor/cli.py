@@ -9,6 +9,7 @@ import typer
 
 from eaglewire.infra.options import build_command, opt
 from eaglewire.infra.output import json_flag
+from eaglewire.target.points import DEFAULT_ENGINE
 
 
 @dataclass
@@ -26,20 +27,23 @@ class DoctorDrafterConfig:
     data: Path = opt(help="dataset captured at the drafter's points")
     target: str = opt("", "target (for its lm_head); default: the drafter's provenance")
     samples: int = opt(64, "samples to evaluate (from the held-out split when --data is the training dataset)")
-    depth: int = opt(4, "chain depth for the offline tau (the serving chain default)")
+    depth: int = opt(4, "chain depth of the offline mean acceptance length (4: eaglewire's chain default; for vLLM, "
+                     "its num_speculative_tokens)", ge=1)
     json: bool = json_flag()
 
 
 @dataclass
 class DoctorEngineConfig:
     drafter_dir: Path = opt(help="the draft model directory as deployed (config.json + weights)", arg=True)
-    engine: str = opt("sglang", "engine that will serve it, optionally with its version: sglang, sglang==0.5.23, "
-                      "vllm==0.32.0, speculators (no version: every known version is checked)")
+    engine: str = opt("", "engine that will serve it, optionally with its version: sglang, sglang==0.5.23, "
+                      "vllm==0.32.0, speculators (no version: every known version is checked); default: the engine "
+                      "the export was written for (its eaglewire.export.json); required for a directory made elsewhere")
     arch: str = opt("", "target architecture or model_type (SGLang >= 0.5.13 reads ids differently on DeepSeek-family "
                     "targets); default: from --target, else from the drafter's provenance")
     trained_on: Path | None = opt(None, "eaglewire checkpoint the drafter came from (default: eaglewire.json in the dir)")
     target: str = opt("", "serving target (gives L and the serving chat template)")
-    num_layers: int = opt(0, "target layers, when --target is not given")
+    target_layers: int = opt(0, "the target's decoder layer count when --target is not given",
+                             aliases=("--num-layers",))
     json: bool = json_flag()
 
 
@@ -49,7 +53,8 @@ class DoctorOnlineConfig:
     data: Path = opt(help="dataset the drafter was trained on (its prompts and features are the reference)")
     target: str = opt("", "target; default: the drafter's provenance")
     serve_ids: list[int] = opt(help="simulate serving with these ids (in --engine's meaning) instead of the trained points", factory=list)
-    engine: str = opt("vllm", "meaning of --serve-ids: hf, sglang, specforge, vllm, speculators (optionally ==VERSION)")
+    engine: str = opt(DEFAULT_ENGINE, "meaning of --serve-ids: hf, sglang, specforge, vllm, speculators "
+                      "(optionally ==VERSION)")
     samples: int = opt(4, "dataset samples to decode")
     max_new_tokens: int = opt(48, "tokens to decode per sample")
     json: bool = json_flag()
@@ -76,7 +81,7 @@ def run_drafter(cfg: DoctorDrafterConfig) -> None:
     model, prov = load_checkpoint(resolve_dir(cfg.ckpt))
     t = load_target(_target_source(cfg.target, prov.target.source, cfg.ckpt))
     head_w = t.model.get_output_embeddings().weight.detach().float()
-    rep = doctor_drafter(model, prov, cfg.data, head_w, cfg.samples, cfg.depth)
+    rep = doctor_drafter(model, prov, cfg.data, head_w, cfg.samples, cfg.depth, t.tokenizer)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 
@@ -93,21 +98,43 @@ def _target_source(given: str, recorded: str | None, artifact: Path) -> str:
 def run_config(cfg: DoctorEngineConfig) -> None:
     from eaglewire.doctor.engine_config import doctor_config
     from eaglewire.drafter.checkpoint import resolve_dir
+    from eaglewire.infra.errors import EaglewireError
     from eaglewire.target.fingerprint import chat_template_hash
     from eaglewire.target.load import load_target
 
     src = resolve_dir(cfg.trained_on) if cfg.trained_on else cfg.drafter_dir
     names, L, model_type, trained_sha = trained_wiring(src)
-    L = cfg.num_layers or L
+    L = cfg.target_layers or L
     arch = cfg.arch or model_type
     serving_sha = None
     if cfg.target:
         t = load_target(cfg.target)
         L, serving_sha = t.num_layers, chat_template_hash(t.tokenizer)
         arch = cfg.arch or (t.config.architectures or [t.config.model_type])[0]
-    rep = doctor_config(cfg.drafter_dir, cfg.engine, L, names, trained_sha, serving_sha, trained_model_config(src), arch)
+    engine = cfg.engine or exported_for(cfg.drafter_dir)
+    if not engine:  # the same ids mean other layers to another engine: never guess which one serves it
+        raise EaglewireError(f"{cfg.drafter_dir}: records no export (no eaglewire.export.json): name the engine that will "
+                             "serve it with --engine (sglang, sglang==VERSION, vllm, speculators, ...)")
+    rep = doctor_config(cfg.drafter_dir, engine, L, names, trained_sha, serving_sha, trained_model_config(src), arch)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
+
+
+def exported_for(d: Path) -> str | None:
+    """The engine an `eaglewire export` directory was written for (its record), so that checking it
+    needs no --engine; None for anything else (a checkpoint, another tool's export)."""
+    import json
+
+    from eaglewire.doctor.engine_config import ENGINES
+    from eaglewire.export.exporter import RECORD
+    from eaglewire.export.formats import ID_ENGINE
+
+    try:
+        fmt = json.loads((Path(d) / RECORD).read_text()).get("format")
+    except (OSError, ValueError, AttributeError):
+        return None
+    engine = ID_ENGINE.get(fmt) if isinstance(fmt, str) else None
+    return engine if engine in ENGINES else None
 
 
 def trained_wiring(src: Path) -> tuple[list[str] | None, int | None, str | None, str | None]:

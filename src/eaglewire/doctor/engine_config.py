@@ -13,7 +13,7 @@ from pathlib import Path
 
 from eaglewire.doctor.verdict import Report
 from eaglewire.export.formats import NOT_SERVABLE_KEY, read_config_json
-from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError, did_you_mean
 from eaglewire.target.points import Engine, Point, default_points, fed_points, ids_for_points
 from eaglewire.target.points import id_meanings as points_id_meanings
 
@@ -309,9 +309,10 @@ def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[st
     p, cfg = read_config_json(d)
     eng = Engine.parse(engine, arch)
     if eng.name not in ENGINES:
-        raise EaglewireError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)} (optionally ==VERSION)")
+        raise EaglewireError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)} (optionally ==VERSION)"
+                             + did_you_mean(eng.name, ENGINES))
     if L is None:
-        raise EaglewireError("the target's number of layers is unknown: pass --target or --num-layers")
+        raise EaglewireError("the target's number of layers is unknown: pass --target or --target-layers")
     if _not_servable(rep, cfg, Path(d), eng):
         return rep
     e3, why = _is_eagle3(cfg, eng.name)

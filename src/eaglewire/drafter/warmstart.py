@@ -46,6 +46,24 @@ def init_head(model: Eagle3Drafter, head_weight: torch.Tensor, final_norm: torch
 
 
 @torch.no_grad()
+def _copy_mlp(dst, src) -> None:
+    """The target's MLP into the drafter's, which may be wider (`--intermediate-size`).
+
+    The target's units fill the first columns and the extra units keep their
+    random gate/up weights with a zero down projection, so at init the wider
+    MLP computes exactly the target's and training grows the rest from there.
+    """
+    i_src, i_dst = src.gate_proj.weight.shape[0], dst.gate_proj.weight.shape[0]
+    if i_dst < i_src:
+        raise ValueError(f"the drafter's MLP ({i_dst}) is narrower than the target layer it starts from ({i_src}): "
+                         "use --init head, or an --intermediate-size of at least the target's")
+    for name in ("gate_proj", "up_proj"):
+        getattr(dst, name).weight[:i_src].copy_(getattr(src, name).weight.to(getattr(dst, name).weight))
+    dst.down_proj.weight.zero_()
+    dst.down_proj.weight[:, :i_src].copy_(src.down_proj.weight.to(dst.down_proj.weight))
+
+
+@torch.no_grad()
 def init_from_target_layer(model: Eagle3Drafter, target_model, points: list[str], deepest_scale: float) -> int:
     """Copy the target layer after the deepest captured point into the EAGLE layer; returns its index.
 
@@ -68,8 +86,7 @@ def init_from_target_layer(model: Eagle3Drafter, target_model, points: list[str]
         w.zero_()
         w[:, h:].copy_(getattr(src.self_attn, name).weight.to(w))
     dst.self_attn.o_proj.weight.copy_(src.self_attn.o_proj.weight.to(dst.self_attn.o_proj.weight))
-    for name in ("gate_proj", "up_proj", "down_proj"):
-        getattr(dst.mlp, name).weight.copy_(getattr(src.mlp, name).weight.to(getattr(dst.mlp, name).weight))
+    _copy_mlp(dst.mlp, src.mlp)
     dst.hidden_norm.weight.copy_(src.input_layernorm.weight.to(dst.hidden_norm.weight))
     dst.input_layernorm.weight.fill_(1.0)
     dst.post_attention_layernorm.weight.copy_(src.post_attention_layernorm.weight.to(dst.post_attention_layernorm.weight))

@@ -32,14 +32,42 @@ from eaglewire.target.points import ENGINE_HELP, Engine, version_differences
 RECORD = "eaglewire.export.json"
 
 
-def _verifier(spec: str) -> dict | None:
-    if not spec:
-        return None
-    p = Path(spec)
+def _verifier(name: str, local: Path | None = None) -> dict:
+    """speculators' verifier record: the name to load, the architectures from its config where it is here."""
+    d = local if local is not None else Path(name)
     arch: list = []
-    if (p / "config.json").is_file():
-        arch = json.loads((p / "config.json").read_text()).get("architectures") or []
-    return {"name_or_path": spec, "architectures": arch}
+    if (d / "config.json").is_file():
+        arch = json.loads((d / "config.json").read_text()).get("architectures") or []
+    return {"name_or_path": name, "architectures": arch}
+
+
+def default_verifier(ckpt: Path, source: str | None) -> dict:
+    """The target the drafter records, as speculators' `verifier`.
+
+    speculators 0.9.0's `Eagle3DraftModel.from_pretrained` reads the verifier's
+    config and fails on a null one, so an export that names no verifier only
+    looks like it worked. A hub id in the local cache stays an id (the serving
+    machine resolves it); a local name becomes the directory eaglewire loads the
+    target from. A name that is neither here is refused rather than guessed:
+    a relative path recorded elsewhere looks exactly like an `org/name` id.
+    """
+    from eaglewire.infra.hub import cached_snapshot, is_repo_id
+    from eaglewire.target.load import resolve_target_dir
+
+    fix = "pass --verifier with the target's HF id or local model directory"
+    if not source:
+        raise EaglewireError(f"{ckpt}: speculators needs the verifier (the target) and the checkpoint records none: {fix}")
+    if not Path(source).expanduser().exists() and is_repo_id(source):
+        try:
+            return _verifier(source, cached_snapshot(source, "model", f"recorded target {source!r}"))
+        except EaglewireError as e:
+            raise EaglewireError(f"{ckpt}: the recorded target {source!r} is neither a directory here nor in the local "
+                                 f"HF cache, so it cannot be checked as a hub id: {fix}") from e
+    try:
+        d = resolve_target_dir(source).resolve()
+    except EaglewireError as e:
+        raise EaglewireError(f"{ckpt}: the recorded target {source!r} cannot be found here ({e}): {fix}") from e
+    return _verifier(str(d))
 
 
 def _write_dir(out: Path, files: dict) -> None:
@@ -68,16 +96,15 @@ def run_export(cfg: ExportConfig) -> dict:
         w = version_differences(ids, Engine("sglang", None, eng.arch), L)
         if w:
             warnings.append(w + f"; these ids are written for {eng.label()}")
-    if fmt == "speculators" and not cfg.verifier:
-        warnings.append("no --verifier: speculators_config.verifier.name_or_path is null, and speculators 0.9.0 "
-                        "Eagle3DraftModel.from_pretrained reads the verifier's config (it fails without one): "
-                        "pass --verifier with the target's HF id or local directory")
+    verifier = _verifier(cfg.verifier) if cfg.verifier else None
+    if fmt == "speculators" and verifier is None:
+        verifier = default_verifier(cfg.ckpt, prov.target.source)
     if fmt == "speculators" and model.config.fc_norm:
         warnings.append("fc_norm is stored as speculators fc_norm.<i>.weight; vLLM's llama_eagle3.py (as read at "
                         "00bd1493) has no fc_norm and would fail on these names: serve this one with speculators-aware vLLM only")
     if prov.fingerprint.unknown:
         warnings.append("the checkpoint's target is unknown (imported without --target): check the serving target yourself")
-    config = build_config(fmt, model.config, ids, _verifier(cfg.verifier), cfg.speculative_tokens)
+    config = build_config(fmt, model.config, ids, verifier, cfg.speculative_tokens)
     tensors = to_format_state(fmt, model.config, model.state_dict())
     record = {"source": str(cfg.ckpt), "format": fmt, "points": [p.name for p in points], "target_num_layers": L,
               "ids": ids, "engine": eng.label(), "assumed": eng.assumptions(), "ids_meaning": ENGINE_HELP[ID_ENGINE[fmt]], "ids_key": ID_KEY[fmt], "warnings": warnings,

@@ -17,7 +17,8 @@ class ExportConfig:
     out: Path = opt(help="output directory (must not exist unless --force)")
     engine_version: str = opt("", "version of the engine that will serve it (sglang: ids mean different layers "
                               "from 0.5.13 on DeepSeek-family targets); default: the newest verified")
-    verifier: str = opt("", "speculators: verifier name_or_path to record (empty = null: speculators then loads nothing else)")
+    verifier: str = opt("", "speculators: the verifier's (target's) HF id or model directory, which speculators loads; "
+                        "default: the target the checkpoint records (its hub id, or the local directory it was loaded from)")
     speculative_tokens: int = opt(3, "speculators: greedy proposal length recorded in speculators_config")
     force: bool = opt(False, "replace --out if it exists")
     json: bool = json_flag()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.paths import not_found
 
 
 @contextmanager
@@ -79,7 +80,7 @@ def read_json(path: Path, missing: str) -> Any:
     """The JSON in ``path``; a missing or malformed file is one line naming the file and the fix (`missing`)."""
     path = Path(path)
     if not path.parent.exists():
-        raise EaglewireError(f"{path.parent}: does not exist")
+        raise not_found(path.parent)
     if not path.is_file():
         raise EaglewireError(f"{path.parent}: {missing}")
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError, did_you_mean
 
 # Short names first: `dtype_name` gives the first name of a dtype, the one our files record.
 DTYPES = {
@@ -29,13 +29,18 @@ def dtype_name(dtype: torch.dtype) -> str | None:
 def dtype_from_name(name: str, flag: str = "--dtype") -> torch.dtype:
     """The torch dtype of an option's value; an unknown name stops the command naming `flag`."""
     if name not in DTYPES:
-        raise EaglewireError(f"{flag} {name!r}: expected one of {', '.join(DTYPES)}")
+        raise EaglewireError(f"{flag} {name!r}: expected one of {', '.join(DTYPES)}{did_you_mean(name, DTYPES)}")
     return DTYPES[name]
+
+
+def auto_device_type() -> str:
+    """What `--device auto` picks here: cuda when a GPU is visible, else cpu (`plan` sizes with it too)."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def resolve_device(name: str = "auto") -> torch.device:
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(auto_device_type())
     try:
         dev = torch.device(name)
     except RuntimeError as e:
@@ -49,6 +54,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if name not in DTYPES:
-        raise EaglewireError(f"--dtype {name!r}: expected one of auto, {', '.join(sorted(set(DTYPES)))}")
+        raise EaglewireError(f"--dtype {name!r}: expected one of auto, {', '.join(sorted(set(DTYPES)))}"
+                             + did_you_mean(name, ["auto", *DTYPES]))
     return DTYPES[name]
 

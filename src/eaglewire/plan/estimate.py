@@ -12,13 +12,16 @@ in the output, because a plan that hides its assumptions cannot be checked.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from eaglewire.data.options import VOCAB_SIZE_HELP, ExtractSettings
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.options import build_command, opt
 from eaglewire.infra.output import emit, json_flag
+from eaglewire.training.cli import TrainConfig
 
 GIB = 1024 ** 3
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -45,6 +48,11 @@ GPU_MEMORY_GIB = 80.0
 MFU_PREFILL = 0.40  # extraction and prompt prefill: large matmuls
 MFU_TRAIN = 0.25  # drafter training: one small layer, TTT unroll, fp32
 DECODE_BW_EFFICIENCY = 0.60  # share of peak HBM bandwidth a decode step reaches
+# A serving engine batches generation far wider than `data generate`'s in-process default
+# (GenSettings.batch_size); plan sizes that larger batch unless told otherwise.
+PLAN_GEN_BATCH = 64
+# `train`'s defaults: plan sizes the run those commands make when given the same flags.
+_TRAIN = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
 @dataclass
@@ -56,19 +64,24 @@ class PlanConfig:
     seq_len: int = opt(2048, "tokens per conversation (prompt + answer)", ge=2)
     new_tokens: int = opt(0, "generated answer tokens per conversation; 0 = 3/4 of --seq-len", ge=0)
     points: list[str] = opt(help="capture points (repeat or comma-separate); default: the EAGLE-3 triple", factory=list)
-    store_dtype: str = opt("bf16", "feature storage dtype", choices=("fp32", "bf16", "fp16"))
-    device_type: str = opt("cuda", "where the target and the drafter run: cuda (bf16 target) or cpu (fp32)",
-                           choices=("cpu", "cuda"))
+    store_dtype: str = opt(ExtractSettings.dtype, "feature storage dtype", choices=("fp32", "bf16", "fp16"))
+    device: str = opt("auto", "where the target and the drafter run: cuda (bf16 target) or cpu (fp32); auto: cuda "
+                      "when this machine has one, else cpu. Only sizes: --device cuda works without a GPU here",
+                      choices=("auto", "cpu", "cuda"), aliases=("--device-type",))
     gpus: int = opt(1, "devices sharing the work (ideal scaling assumed)", ge=1)
     gpus_per_node: int = opt(8, "devices per node (how many nodes a capture through vLLM spans)", ge=1)
-    gen_batch: int = opt(64, "generation batch size", ge=1)
-    batch_tokens: int = opt(4096, "padded tokens per extraction forward", ge=1)
-    shard_samples: int = opt(256, "samples per feature shard", ge=1)
+    gen_batch_size: int = opt(PLAN_GEN_BATCH, "generation batch size (`data generate --gen-batch-size`; default: "
+                              "what a serving engine batches, wider than data generate's own)", ge=1,
+                              aliases=("--gen-batch",))
+    batch_tokens: int = opt(ExtractSettings.batch_tokens, "padded tokens per extraction forward", ge=1)
+    shard_samples: int = opt(ExtractSettings.shard_samples, "samples per feature shard", ge=1)
     epochs: int = opt(2, "training epochs", ge=1)
-    train_batch: int = opt(4, "training samples per micro-batch", ge=1)
-    ttt_steps: int = opt(7, "training-time-test steps", ge=1)
-    train_max_len: int = opt(1024, "train --max-len: longer samples are truncated for training", ge=3)
-    draft_vocab: int = opt(0, "draft vocab size; 0 = auto (8192, or the full vocab when smaller)", ge=0)
+    batch_size: int = opt(_TRAIN["batch_size"], "training samples per micro-batch (train --batch-size)", ge=1,
+                          aliases=("--train-batch",))
+    ttt_steps: int = opt(_TRAIN["ttt_steps"], "training-time-test steps", ge=1)
+    max_len: int = opt(_TRAIN["max_len"], "train --max-len: longer samples are truncated for training", ge=3,
+                       aliases=("--train-max-len",))
+    vocab_size: int = opt(0, VOCAB_SIZE_HELP, ge=0, aliases=("--draft-vocab",))
     freeze_head: bool = opt(False, "the drafter's lm_head is frozen (train --freeze-head)")
     gpu_tflops: float = opt(GPU_TFLOPS, "peak dense bf16 TFLOP/s of one device (H100 SXM: 989)", gt=0)
     gpu_bandwidth_gbs: float = opt(GPU_BANDWIDTH_GBS, "peak memory bandwidth of one device in GB/s (H100 SXM: 3350)", gt=0)
@@ -100,20 +113,20 @@ def _disk(cfg, s: dict, d: dict, tokens: int) -> dict:
 
 def _device_memory(cfg, s: dict, d: dict, T: int) -> dict:
     """Bytes on one device per stage; training keeps the drafter in fp32 with AdamW."""
-    wb = 2 if cfg.device_type == "cuda" else 4
+    wb = 2 if cfg.device == "cuda" else 4
     weights = s["num_parameters"] * wb
-    kv = s["num_layers"] * s["kv_values_per_token_per_layer"] * T * cfg.gen_batch * wb
-    gen = weights + kv + cfg.gen_batch * s["vocab_size"] * 4
+    kv = s["num_layers"] * s["kv_values_per_token_per_layer"] * T * cfg.gen_batch_size * wb
+    gen = weights + kv + cfg.gen_batch_size * s["vocab_size"] * 4
     act_I = s["active_intermediate"]
     extract_act = cfg.batch_tokens * ((s["num_points"] + 1) * s["hidden_size"] + 4 * s["hidden_size"] + 3 * act_I) * wb
-    if cfg.device_type == "cpu":  # CPU SDPA materialises the scores: B x heads x T x T = batch_tokens x heads x T
+    if cfg.device == "cpu":  # CPU SDPA materialises the scores: B x heads x T x T = batch_tokens x heads x T
         extract_act += cfg.batch_tokens * s["num_heads"] * T * 4
     H, D = s["hidden_size"], d["draft_vocab_size"]
     states = d["trainable_parameters"] * 16 + d["frozen_parameters"] * 4  # fp32 weights + grads + Adam m, v
     head_w = s["vocab_size"] * H * 4  # the target's lm_head in fp32, kept beside the drafter for q
-    Tt = min(T, cfg.train_max_len)
-    feats = cfg.train_batch * Tt * (s["num_points"] + 1) * H * 4
-    acts = cfg.train_batch * Tt * cfg.ttt_steps * (12 * H + 3 * d["intermediate_size"] + 3 * D) * 4
+    Tt = min(T, cfg.max_len)
+    feats = cfg.batch_size * Tt * (s["num_points"] + 1) * H * 4
+    acts = cfg.batch_size * Tt * cfg.ttt_steps * (12 * H + 3 * d["intermediate_size"] + 3 * D) * 4
     train = states + head_w + feats + acts
     cap = cfg.device_memory_gib * GIB
 
@@ -128,9 +141,9 @@ def _device_memory(cfg, s: dict, d: dict, T: int) -> dict:
 
 
 def _host_memory(cfg, s: dict, T: int) -> dict:
-    cap = 2 if cfg.device_type == "cuda" else 4
+    cap = 2 if cfg.device == "cuda" else 4
     buf = cfg.shard_samples * T * (s["num_points"] + 1) * s["hidden_size"] * cap
-    on_host = s["num_parameters"] * 4 if cfg.device_type == "cpu" else 0
+    on_host = s["num_parameters"] * 4 if cfg.device == "cpu" else 0
     return {"extract": on_host + buf, "extract_shard_buffer": buf,
             # training/loop.py _setup loads the whole target on the host in fp32 (embedding, lm_head, fingerprint)
             "train": s["num_parameters"] * 4 + cfg.samples * T * 8}
@@ -150,7 +163,7 @@ def _interp_gen(batch: int) -> float:
 def _cpu_rates(cfg, s: dict, d: dict) -> dict:
     scale = CPU_REF_PARAMS / s["active_parameters"]
     train = CPU_TRAIN_TOK_S * CPU_REF_DRAFTER_MATMUL / d["matmul_parameters"] * CPU_REF_TTT_STEPS / cfg.ttt_steps
-    return {"generate": _interp_gen(cfg.gen_batch) * scale, "extract": CPU_EXTRACT_TOK_S * scale, "train": train,
+    return {"generate": _interp_gen(cfg.gen_batch_size) * scale, "extract": CPU_EXTRACT_TOK_S * scale, "train": train,
             "prefill": CPU_EXTRACT_TOK_S * scale}
 
 
@@ -158,7 +171,7 @@ def _gpu_rates(cfg, s: dict, d: dict, T: int) -> dict:
     flops, bw = cfg.gpu_tflops * 1e12, cfg.gpu_bandwidth_gbs * 1e9
     attn = 2 * s["num_layers"] * T * s["num_heads"] * s["head_dim"]  # causal: ~T/2 keys x (QK + PV) x 2 flops
     prefill = flops * MFU_PREFILL / (2 * s["active_parameters"] + attn)
-    B, ne, k = cfg.gen_batch, s["num_experts"], s["experts_per_token"]
+    B, ne, k = cfg.gen_batch_size, s["num_experts"], s["experts_per_token"]
     touched = 1 - (1 - k / ne) ** B if ne else 1.0  # share of routed experts a batch reads per step
     weight_bytes = (s["num_parameters"] - s["routed_expert_parameters"] * (1 - touched)) * 2
     kv_bytes = B * s["num_layers"] * s["kv_values_per_token_per_layer"] * (T / 2) * 2
@@ -171,11 +184,11 @@ def _gpu_rates(cfg, s: dict, d: dict, T: int) -> dict:
 
 
 def _times(cfg, s: dict, d: dict, tokens: int, new_total: int, T: int) -> dict:
-    r = _gpu_rates(cfg, s, d, T) if cfg.device_type == "cuda" else _cpu_rates(cfg, s, d)
+    r = _gpu_rates(cfg, s, d, T) if cfg.device == "cuda" else _cpu_rates(cfg, s, d)
     n = cfg.gpus
     gen = new_total / r["generate"] / n + (tokens - new_total) / r["prefill"] / n
     ext = tokens / r["extract"] / n
-    train = cfg.epochs * cfg.samples * min(T, cfg.train_max_len) / r["train"] / n
+    train = cfg.epochs * cfg.samples * min(T, cfg.max_len) / r["train"] / n
     h = 3600.0
     return {"rates_tokens_per_s_per_device": {k: round(v, 1) for k, v in r.items()},
             "offline": {"generate_h": gen / h, "extract_h": ext / h, "train_h": train / h, "total_h": (gen + ext + train) / h},
@@ -188,8 +201,8 @@ def _assumptions(cfg, s: dict) -> list[str]:
     a = [f"parameters: {s['method']}; fields read: {', '.join(s['fields_used'])}",
          f"disk: exact shard layout of data/extract.py ({s['num_points']} points + target_hidden x H x "
          f"{BYTES[cfg.store_dtype]} B + 5 B ids/mask per token); text ~{TEXT_BYTES_PER_TOKEN:g} B/token",
-         f"generation: every conversation is generated to --new-tokens (no early EOS) at batch {cfg.gen_batch}, "
-         "prompts prefilled once (a serving engine via `data generate --server` runs larger batches: raise --gen-batch)",
+         f"generation: every conversation is generated to --new-tokens (no early EOS) at batch {cfg.gen_batch_size}, "
+         "prompts prefilled once (a serving engine via `data generate --server` runs larger batches: raise --gen-batch-size)",
          "online path (`train --online`): the target forward is redone every epoch on the training device; "
          "answers are still generated first; training throughput itself is the same as offline",
          f"--gpus {cfg.gpus}: ideal linear scaling; device memory is per device: a full copy of the target when it "
@@ -202,7 +215,7 @@ def _assumptions(cfg, s: dict) -> list[str]:
     if s["num_experts"]:
         a.append(f"MoE: {s['experts_per_token']} of {s['num_experts']} routed experts active per token "
                  f"({s['active_parameters']:,} active parameters)")
-    if cfg.device_type == "cpu":
+    if cfg.device == "cpu":
         a.append(f"CPU rates: measured on this project's 2-core CPU with the 135M default target (extract "
                  f"{CPU_EXTRACT_TOK_S:g}, generate {CPU_GEN_TOK_S[64]:g} at batch 64, train {CPU_TRAIN_TOK_S:g} tok/s), "
                  "scaled by active parameters (drafter: by its matmul weights and TTT steps)")
@@ -245,17 +258,33 @@ def capture_path(cfg, s: dict, dev: dict) -> dict:
     return out
 
 
+def _sized_device(cfg: PlanConfig) -> tuple[PlanConfig, str | None]:
+    """`cfg` with --device as cpu or cuda, and the line saying what auto picked (None when given).
+
+    Resolved like every other command's auto, but never checked against this machine: a CPU box
+    plans a GPU cluster with --device cuda.
+    """
+    if cfg.device != "auto":
+        return cfg, None
+    from eaglewire.infra.device import auto_device_type
+
+    dev = auto_device_type()
+    why = "a GPU is visible here" if dev == "cuda" else "no GPU here; --device cuda sizes a GPU run"
+    return dataclasses.replace(cfg, device=dev), f"--device auto: sized for {dev} ({why})"
+
+
 def plan(cfg: PlanConfig) -> dict:
     from eaglewire.data.pipeline import auto_vocab_size
     from eaglewire.plan.shape import drafter_shape, target_shape
 
+    cfg, auto_note = _sized_device(cfg)
     raw, src = _target_raw(cfg)
     s = target_shape(raw, src)
     names = _points(cfg, s["num_layers"])
     ne, k = s["num_experts"], s["experts_per_token"]
     s.update(num_points=len(names), points=names,
              active_intermediate=s.get("expert_intermediate_size", 0) * k if ne else s["intermediate_size"])
-    D = min(cfg.draft_vocab or auto_vocab_size(s["vocab_size"]), s["vocab_size"])
+    D = min(cfg.vocab_size or auto_vocab_size(s["vocab_size"]), s["vocab_size"])
     d = drafter_shape(raw, len(names), D, cfg.freeze_head)
     T = cfg.seq_len
     new = cfg.new_tokens or max(1, T * 3 // 4)
@@ -266,13 +295,14 @@ def plan(cfg: PlanConfig) -> dict:
     cap = cfg.device_memory_gib * GIB
     return {"source": src, "estimate": True, "target": {k: v for k, v in s.items() if k != "fields_used"},
             "drafter": d, "run": {"samples": cfg.samples, "seq_len": T, "new_tokens": new, "tokens": tokens,
-                                  "train_tokens_per_epoch": cfg.samples * min(T, cfg.train_max_len),
-                                  "store_dtype": cfg.store_dtype, "device_type": cfg.device_type, "gpus": cfg.gpus,
+                                  "train_tokens_per_epoch": cfg.samples * min(T, cfg.max_len),
+                                  "store_dtype": cfg.store_dtype, "device_type": cfg.device, "gpus": cfg.gpus,
                                   "epochs": cfg.epochs},
             "disk": _disk(cfg, s, d, tokens), "host_memory": _host_memory(cfg, s, T), "device_memory": dev,
             "fits_one_device": {k: dev[k] <= cap for k in ("generate", "extract", "train_drafter", "online_train")},
             "capture": capture_path(cfg, s, dev),
-            "time": _times(cfg, s, d, tokens, cfg.samples * new, T), "assumptions": _assumptions(cfg, s)}
+            "time": _times(cfg, s, d, tokens, cfg.samples * new, T),
+            "assumptions": ([auto_note] if auto_note else []) + _assumptions(cfg, s)}
 
 
 def _gib(b: float) -> str:

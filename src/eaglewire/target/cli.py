@@ -21,7 +21,7 @@ from eaglewire.infra.output import emit, json_flag
 
 @dataclass
 class InspectConfig:
-    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
+    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir, a .gguf file or a hub id (org/name) in the local HF cache")
     device: str = opt("auto", "auto (CUDA when available), cpu, cuda, cuda:N")
     json: bool = json_flag()
 
@@ -73,11 +73,12 @@ def _s(v) -> str:
 
 @dataclass
 class LayersConfig:
-    ids: list[int] = opt(help="layer ids in the --from engine's meaning", arg=True)
-    num_layers: int = opt(help="number of decoder layers of the target (L)")
-    from_engine: str = opt("sglang", "engine whose meaning the ids have: hf, eagle, sglang, specforge, vllm, speculators; "
-                           "optionally ==VERSION (sglang==0.5.12 reads every id with +1)", flag="--from")
-    arch: str = opt("", "target architecture or model_type of the --from engine (matters for SGLang >= 0.5.13 "
+    ids: list[int] = opt(help="layer ids in the --layers-from engine's meaning", arg=True)
+    target_layers: int = opt(help="the target's decoder layer count (L)", aliases=("--num-layers",))
+    layers_from: str = opt(help="engine whose meaning the ids have: hf, eagle, sglang, specforge, vllm, speculators; "
+                           "optionally ==VERSION (sglang==0.5.12 reads every id with +1). Required: an id means "
+                           "nothing without its engine", aliases=("--from",))
+    arch: str = opt("", "target architecture or model_type of the --layers-from engine (matters for SGLang >= 0.5.13 "
                     "on DeepSeek-family targets)")
     json: bool = json_flag()
 
@@ -85,13 +86,14 @@ class LayersConfig:
 def run_layers(cfg: LayersConfig) -> None:
     from eaglewire.target.points import Engine, id_lists, points_from_ids, version_differences
 
-    eng = Engine.parse(cfg.from_engine, cfg.arch or None)
-    pts = points_from_ids(cfg.ids, eng, cfg.num_layers)
-    res = id_lists(pts, cfg.num_layers)
+    eng = Engine.parse(cfg.layers_from, cfg.arch or None)
+    pts = points_from_ids(cfg.ids, eng, cfg.target_layers)
+    res = id_lists(pts, cfg.target_layers)
     res["from"] = {"engine": eng.label(), "ids": cfg.ids, "assumed": eng.assumptions()}
     # how SGLang versions read the given ids, and the classic SGLang ids printed in the table
     sg = res["sglang"] if None not in res["sglang"] else None
-    found = [version_differences(cfg.ids, eng, cfg.num_layers), sg and version_differences(sg, "sglang", cfg.num_layers)]
+    found = [version_differences(cfg.ids, eng, cfg.target_layers),
+             sg and version_differences(sg, "sglang", cfg.target_layers)]
     res["warnings"] = list(dict.fromkeys(w for w in found if w))
 
     def human(r):
@@ -115,7 +117,7 @@ class CaptureConfig:
     text: str = opt(help="text to run through the target")
     out: Path = opt(help="output .safetensors file: one [T, H] tensor per point, plus input_ids")
     points: list[str] = opt(help="physical points (repeat or comma-separate): embed, layers.<k>.out, final_norm", factory=list)
-    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file")
+    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir, a .gguf file or a hub id (org/name) in the local HF cache")
     chat: bool = opt(False, "wrap the text as a user turn with the target's chat template (generation prompt added)")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
     dtype: str = opt("fp32", "model dtype: fp32, bf16, fp16, auto")

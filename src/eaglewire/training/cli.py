@@ -53,12 +53,20 @@ class TrainConfig:
     max_len: int = opt(1024, "samples are truncated to this many tokens", ge=3)
     val_fraction: float = opt(0.05, "share of samples held out for validation", ge=0, lt=1)
     seed: int = opt(0, "seed for init, split and order")
-    num_layers: int = opt(1, "drafter decoder layers", ge=1)
+    num_layers: int = opt(1, "drafter decoder layers (vLLM serves more than one; SGLang one)", ge=1)
+    intermediate_size: int = opt(0, "drafter MLP width; 0 = the target's intermediate_size (both engines read it "
+                                 "from the exported config)", ge=0)
+    feature_noise: float = opt(0.0, "training only: add uniform noise of +-this fraction of each token's per-slot "
+                               "RMS to the target features (EAGLE's feature noise, made scale-free); 0 = off", ge=0)
+    max_train_samples: int = opt(0, "train on a seeded subset of this many training-split samples (learning "
+                                 "curves; the validation split is unchanged); 0 = all", ge=0)
     norm_before_residual: bool = opt(False, "residual taken after hidden_norm (some released checkpoints)")
     fc_norm: bool = opt(False, "per-slot RMSNorm on the fc input")
     init: str = opt("random", "drafter init: random, head (lm_head rows + final norm from the target), "
                     "target (head + the decoder layer after the deepest captured point, fc selecting that slot)",
                     choices=INITS)
+    fc_mix: float = opt(0.0, "--init target: random fc weights on the other slots, each adding this fraction of the "
+                        "deepest slot's RMS at init (0 = the drafter starts on the deepest slot alone)", ge=0)
     freeze_head: bool = opt(False, "keep lm_head fixed (use with --init head/target): fewer trained weights, faster steps")
     eval_every: int = opt(0, "validate every N steps (0 = at the end of each epoch and of training)", ge=0)
     save_every: int = opt(50, "save resumable state every N steps", ge=1)

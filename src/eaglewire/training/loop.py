@@ -109,10 +109,14 @@ def global_batch(train_idx: list[int], step: int, per_step: int, seed: int) -> l
 
 def build_drafter(cfg: TrainConfig, target, manifest: Manifest, vocab_ids: torch.Tensor, ds=None) -> Eagle3Drafter:
     torch.manual_seed(cfg.seed)
+    if cfg.fc_mix > 0 and (cfg.init != "target" or cfg.fc_norm):
+        raise EaglewireError(f"--fc-mix {cfg.fc_mix}: needs --init target and no --fc-norm (it scales the other "
+                             "slots by their raw RMS against the deepest one's)")
     names = manifest.point_names
     dcfg = DrafterConfig.from_target_config(
         target.config, draft_vocab_size=int(vocab_ids.numel()), num_aux=len(names),
-        num_layers=cfg.num_layers, norm_before_residual=cfg.norm_before_residual, fc_norm=cfg.fc_norm)
+        num_layers=cfg.num_layers, norm_before_residual=cfg.norm_before_residual, fc_norm=cfg.fc_norm,
+        **({"intermediate_size": cfg.intermediate_size} if cfg.intermediate_size else {}))
     model = Eagle3Drafter(dcfg)
     model.load_target_embedding(target.model.get_input_embeddings().weight.detach().float().cpu())
     model.set_draft_vocab(vocab_ids)
@@ -121,17 +125,45 @@ def build_drafter(cfg: TrainConfig, target, manifest: Manifest, vocab_ids: torch
                   decoder_stack(target.model).norm.weight.detach().float().cpu())
     if cfg.init == "target":
         scale = _deepest_slot_scale(ds, names) if cfg.fc_norm and ds is not None else 1.0  # only fc_norm needs it
-        init_from_target_layer(model, target.model, names, scale)
+        try:
+            init_from_target_layer(model, target.model, names, scale)
+        except ValueError as e:
+            raise EaglewireError(f"--init target: {e}") from e
+        if cfg.fc_mix > 0 and ds is not None:
+            mix_other_slots(model, ds, names, cfg.fc_mix)
     if cfg.freeze_head:
         model.lm_head.weight.requires_grad_(False)
     return model
 
 
-def _deepest_slot_scale(ds, names: list[str]) -> float:
-    """Median RMS of the deepest captured slot over a few samples (position 0's massive activation excluded)."""
-    slot = deepest_layer_slot(names)
+def _slot_rms(ds, slot: int) -> float:
+    """Median RMS of one captured slot over a few samples (position 0's massive activation excluded)."""
     rms = [ds[i]["features"][1:, slot].float().pow(2).mean(-1).sqrt() for i in range(min(8, len(ds)))]
     return float(torch.cat(rms).median())
+
+
+def _deepest_slot_scale(ds, names: list[str]) -> float:
+    return _slot_rms(ds, deepest_layer_slot(names))
+
+
+@torch.no_grad()
+def mix_other_slots(model: Eagle3Drafter, ds, names: list[str], mix: float) -> None:
+    """Random fc weights on the slots the warm start leaves at zero, each adding `mix` x the deepest slot's RMS.
+
+    The warm start hands the layer the deepest slot alone; measured, the
+    trained drafter then barely reads the other slots (shuffling them costs
+    < 0.02 acceptance). Seeded random weights, scaled per slot by the slots'
+    RMS so each contributes a set fraction, give them a gradient path from
+    step one while the function stays close to the target layer's.
+    """
+    deep = deepest_layer_slot(names)
+    ht = model.config.target_hidden_size
+    r_deep = _slot_rms(ds, deep)
+    fc = model.fc.weight  # [H, A*Ht]
+    for j in range(len(names)):
+        if j != deep:
+            std = mix * r_deep / (_slot_rms(ds, j) * ht ** 0.5)
+            fc[:, j * ht:(j + 1) * ht].normal_(0.0, std)
 
 
 class ArgmaxCache:
@@ -176,11 +208,24 @@ def _micro_batch_loss(model, batch: dict, head_w: torch.Tensor, cfg: TrainConfig
     return loss, out.correct, out.counts, float(total.detach())
 
 
+def add_feature_noise(feats: torch.Tensor, scale: float, gen: torch.Generator | None = None) -> torch.Tensor:
+    """Uniform noise of +-`scale` x each token's per-slot RMS on the target features.
+
+    Serving feeds the drafter features of the target's own (accepted) tokens, but
+    the drafter's errors compound over a round; EAGLE trains on noisy features
+    so the fc layer does not rely on exact values. Scaling by the slot's RMS
+    keeps one `scale` meaningful for shallow and deep layers alike.
+    """
+    rms = feats.float().pow(2).mean(-1, keepdim=True).sqrt()  # [B, T, P, 1]
+    u = torch.rand(feats.shape, generator=gen, dtype=torch.float32).to(feats.device)  # [B, T, P, H]
+    return feats + ((u * 2 - 1) * scale * rms).to(feats.dtype)
+
+
 def _finite(batch: dict) -> bool:
     return bool(torch.isfinite(batch["features"]).all() and torch.isfinite(batch["target_hidden"]).all())
 
 
-def train_step(model, opt, ds, ids: list[int], head_w, cfg: TrainConfig, dd: Dist, device) -> dict:
+def train_step(model, opt, ds, ids: list[int], head_w, cfg: TrainConfig, dd: Dist, device, step: int = 0) -> dict:
     """One optimizer step over the global batch `ids` (this rank's share, in micro-batches).
 
     `model` is the (DDP-wrapped) TTT module; DDP all-reduces during the last micro-batch's backward."""
@@ -188,6 +233,10 @@ def train_step(model, opt, ds, ids: list[int], head_w, cfg: TrainConfig, dd: Dis
     mine = ids[dd.rank * per_rank:(dd.rank + 1) * per_rank]
     micro = [mine[i:i + cfg.batch_size] for i in range(0, len(mine), cfg.batch_size)]
     batches = [collate(ds.get_batch(m)) for m in micro]
+    if cfg.feature_noise > 0:  # seeded by step and rank: a resumed run draws the same noise
+        gen = torch.Generator().manual_seed((cfg.seed * 1000003 + step) * 64 + dd.rank)
+        for b in batches:
+            b["features"] = add_feature_noise(b["features"], cfg.feature_noise, gen)
     bad = [j for j, b in enumerate(batches) if not _finite(b)]
     flag = dd.all_sum(torch.tensor(float(len(bad))))
     if float(flag) > 0:
@@ -242,7 +291,9 @@ def _check_resume_config(cfg: TrainConfig) -> None:
         raise EaglewireError(f"{cfg.out}: --resume but no train.config.json there")
     old = json.loads(p.read_text())["config"]
     new = config_to_dict(cfg)
-    diff = [k for k in new if k not in _RESUME_FREE and old.get(k) != new[k]]
+    # a key an older eaglewire did not write had that option's default (added later, off by default)
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    diff = [k for k in new if k not in _RESUME_FREE and old.get(k, defaults.get(k)) != new[k]]
     if diff:
         raise EaglewireError(f"{cfg.out}: --resume with a changed config ({', '.join(f'{k}: {old.get(k)!r} -> {new[k]!r}' for k in diff)}); "
                              "start a new --out or resume with the original options")
@@ -331,6 +382,9 @@ def _run_train(cfg: TrainConfig, dd: Dist) -> dict:
 def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
     """The split, the step count, the drafter (resumed state loaded) and its optimizer and log."""
     train_idx, val_idx = split_indices(len(inputs.ds), cfg.val_fraction, cfg.seed)
+    if cfg.max_train_samples and cfg.max_train_samples < len(train_idx):
+        g = torch.Generator().manual_seed(cfg.seed + 104729)
+        train_idx = sorted(train_idx[i] for i in torch.randperm(len(train_idx), generator=g)[:cfg.max_train_samples].tolist())
     per_step = cfg.batch_size * cfg.grad_accum * dd.world
     if len(train_idx) < per_step:
         raise EaglewireError(f"{cfg.data}: {len(train_idx)} training samples, fewer than one global batch ({per_step})")
@@ -372,7 +426,7 @@ def _loop(run: Run) -> dict:
             g["lr"] = lr
         t0 = time.perf_counter()
         ids = global_batch(run.train_idx, step, run.per_step, cfg.seed)
-        r = train_step(run.net, run.opt, run.ds, ids, run.head_w, cfg, dd, dd.device)
+        r = train_step(run.net, run.opt, run.ds, ids, run.head_w, cfg, dd, dd.device, step)
         if r.get("skipped"):
             if cfg.nan_policy == "stop":
                 raise EaglewireError(f"step {step}: non-finite values in the batch or its gradients (--nan-policy stop)")

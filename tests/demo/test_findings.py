@@ -1,0 +1,154 @@
+"""What the demo report tells a newcomer, checked against made-up runs (tests/support/demo_data.py).
+
+The verdict comes first and follows from the data; the chart has one baseline;
+a happy path shows no WARN; every deployment check names a directory of the run.
+"""
+
+import re
+
+from eaglewire.decoding.bench import _median, plot_speed
+from eaglewire.demo.findings import doctor_rows, verdict_line
+from support.demo_data import TPS, check, synthetic_bench, synthetic_log
+
+
+def _expected_speedup(name: str) -> tuple[float, float, float]:
+    r = [a / b for a, b in zip(TPS[name], TPS["eaglewire_plain"])]
+    return _median(r), min(r), max(r)
+
+
+def test_verdict_is_computed_from_the_stages():
+    v, lo, hi = _expected_speedup("eaglewire_tree_lookup")  # the fastest method of the made-up run
+    line = verdict_line(synthetic_log())
+    assert line.startswith(f"Verdict: eaglewire_tree_lookup {v:.2f}x vs eaglewire plain decoding "
+                           f"({lo:.2f}-{hi:.2f} over 2 repeats)")
+    assert "outputs identical to transformers generate (3 of 3 prompts, every method)" in line
+    assert re.search(r"wiring checks: all \d+ PASS", line)
+    # vLLM's count from bench's chain: tau 1.5 over 400 rounds, 40 of them gated (tau 1)
+    low = 1 + 0.5 * 400 / 360
+    assert f"mean acceptance length {low:.2f}-{low + 3 / 360:.2f}" in line
+
+
+def test_verdict_says_when_outputs_differ_or_wiring_fails_and_uses_prompts_for_one_repeat():
+    log = synthetic_log(synthetic_bench(repeats=1, differ={"eaglewire_tree": 2}),
+                        drafter_checks=[check("points", ok=False, level="error", fix="recapture")])
+    line = verdict_line(log)
+    r = TPS["eaglewire_tree_lookup"][0] / TPS["eaglewire_plain"][0]  # the one repeat's ratio
+    assert f"{r:.2f}x vs eaglewire plain decoding (1 repeat; per prompt {r * 0.9:.2f}-{r * 1.2:.2f}x, " \
+           f"median {r:.2f}x, over 3 prompts)" in line
+    assert "OUTPUTS DIFFER" in line and "eaglewire_tree on 2 of 3 prompts" in line
+    assert "NOT PASSED" in line and "identical" not in line
+
+
+def test_verdict_is_the_first_line_of_the_report(make_run):
+    run = make_run()
+    body = [x for x in (run / "report.md").read_text().splitlines()[1:] if x.strip()]
+    assert body[0] == f"**{verdict_line(synthetic_log())}**"
+    html = (run / "report.html").read_text()
+    assert html.index('class="verdict"') < html.index("<img")
+
+
+def test_speed_chart_has_one_baseline_with_error_bars(tmp_path):
+    bench = synthetic_bench(repeats=2)
+    s = plot_speed(bench, tmp_path / "speed.png")
+    assert (tmp_path / "speed.png").stat().st_size > 5_000
+    assert s["baseline"] == "eaglewire_plain"
+    assert s["speedup_methods"] == ["eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup"]
+    assert not any(m.startswith("hf_") for m in s["speedup_methods"] + s["tps_methods"])  # generate: table only
+    for name, v, (below, above) in zip(s["speedup_methods"], s["speedup_vs_plain"], s["speedup_range"]):
+        med, lo, hi = _expected_speedup(name)
+        assert (v, v - below, v + above) == (med, lo, hi)
+    one = plot_speed(synthetic_bench(repeats=1), tmp_path / "one.png")  # one repeat: the spread over prompts
+    assert one["spread_of"] == "3 prompts" and all(b > 0 and a > 0 for b, a in one["speedup_range"])
+
+
+def test_happy_path_has_no_warn_and_a_warning_carries_its_fix(make_run):
+    md = (make_run()).joinpath("report.md").read_text()
+    assert "| WARN |" not in md and "| FAIL |" not in md
+    rows = doctor_rows({"reports": [{"command": "drafter", "checks": [
+        check("sample size", ok=False, level="warning", fix="more samples"),
+        check("offline acceptance", ok=False, level="warning", fix="train longer")]}]})
+    assert rows[0][2] == "INFO" and "informational here" in rows[0][3]  # the demo's preset fixes the split
+    assert rows[1][2] == "WARN" and rows[1][3].endswith("fix: train longer")
+
+
+def test_a_bad_verdict_is_not_drawn_green(make_run):
+    run = make_run(synthetic_log(synthetic_bench(differ={"eaglewire_tree": 1})))
+    assert 'class="verdict bad"' in (run / "report.html").read_text()
+
+
+def _section(md: str, title: str) -> str:
+    return md.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_deployment_commands_name_directories_the_run_has(make_run):
+    run = make_run()
+    md = (run / "report.md").read_text()
+    rows = [r for r in _section(md, "Export, serve and check a deployment").splitlines() if "Check a deployment" in r]
+    assert len(rows) == 2
+    for r in rows:
+        paths = [w for w in r.split() if w.startswith(str(run))]
+        assert paths and all((run / p[len(str(run)) + 1:]).is_dir() for p in paths), r
+    serve = _section(md, "Export, serve and check a deployment")
+    c = synthetic_bench()["config"]  # the flags are the benchmarked shapes
+    assert (f"--speculative-num-steps {c['tree_depth']} --speculative-eagle-topk {c['top_k']} "
+            f"--speculative-num-draft-tokens {c['total_tokens']}") in serve
+    assert f'"num_speculative_tokens": {c["depth"]}' in serve
+    assert "How to get more" in md and _section(md, "How to get more").strip()
+
+
+def test_no_check_command_for_an_export_the_run_lacks(make_run):
+    md = (make_run(exports=("vllm",))).joinpath("report.md").read_text()
+    sec = _section(md, "Export, serve and check a deployment").splitlines()
+    checks = [r for r in sec if "Check a deployment" in r]
+    assert len(checks) == 1 and "export/vllm --engine vllm" in checks[0]
+    assert any("Export for sglang" in r and "(not made in this run)" in r for r in sec)
+
+
+def test_three_taus_are_labelled(make_run):
+    md = (make_run()).joinpath("report.md").read_text()
+    sec = _section(md, "Acceptance: three taus, what each counts")
+    for label in ("offline chain tau (`doctor drafter`)", "online chain tau (`doctor online`)", "serving tau (`bench`)"):
+        assert label in sec
+    assert "EVERY answer position" in sec and "count as 1" in sec and "How they relate" in sec
+
+
+def test_verdict_prefers_the_heldout_acceptance_with_its_interval():
+    """The held-out stage's figure (ungated, the rounds decoding takes) replaces bench's gated estimate."""
+    from eaglewire.demo.acceptance import tau_rows
+
+    log = synthetic_log()
+    off = {"mean_acceptance_length": 1.4234, "mean_acceptance_length_ci95": [1.351, 1.502], "samples": 54, "depth": 3,
+           "acceptance_rate_per_position": [0.3, 0.09, 0.03]}
+    log["heldout"] = {"report": {"command": "drafter", "offline": off,
+                                 "per_category": {"math": {"mean_acceptance_length": 1.6}, "writing": {"mean_acceptance_length": 1.3}}}}
+    line = verdict_line(log)
+    assert "mean acceptance length 1.42 (95% 1.35-1.50) on 54 held-out prompts" in line and "chain depth 3, ungated" in line
+    row = tau_rows(log, "RUN")[0]
+    assert row[1] == "1.42 (95% 1.35-1.50)" and "0.30 / 0.09 / 0.03" in row[2] and "math 1.60, writing 1.30" in row[2]
+
+
+def test_a_slower_than_plain_run_says_what_a_round_cost():
+    from eaglewire.demo.findings import caveats, round_cost
+
+    bench = {"repeats": 3, "methods": {
+        "eaglewire_plain": {"tokens": 500, "seconds": 20.0, "tokens_per_s": 25.0, "speedup_vs_plain": 1.0},
+        "eaglewire_tree": {"tokens": 500, "seconds": 22.0, "tokens_per_s": 22.7, "speedup_vs_plain": 0.91, "tau": 1.45,
+                           "verify_steps": 345, "time_s": {"verify": 20.7, "draft": 1.38, "prefill": 0.9}}}}
+    c = round_cost(bench, "eaglewire_tree")
+    assert abs(c["plain_ms"] - 40.0) < 1e-9 and abs(c["verify_ms"] - 60.0) < 1e-9 and abs(c["draft_ms"] - 4.0) < 1e-9
+    assert abs(c["ratio"] - 1.6) < 1e-9
+    notes = caveats({"bench": bench}, "RUN", {})
+    assert any("a drafting round cost 1.60 plain decode steps" in n and "1.45 tokens" in n for n in notes), notes
+    bench["methods"]["eaglewire_tree"]["speedup_vs_plain"] = 1.2  # faster than plain: nothing to explain
+    assert not any("drafting round cost" in n for n in caveats({"bench": bench}, "RUN", {}))
+
+
+def test_the_verdict_box_is_amber_when_speculation_lost_to_plain():
+    from eaglewire.demo.report import _bad
+
+    bench = {"methods": {"eaglewire_plain": {"tokens_per_s": 25.0, "speedup_vs_plain": 1.0},
+                         "eaglewire_tree": {"tokens_per_s": 22.0, "speedup_vs_plain": 0.88}}}
+    assert _bad("Verdict: ...", {"bench": bench}) == " slow"
+    bench["methods"]["eaglewire_tree"].update(tokens_per_s=30.0, speedup_vs_plain=1.2)
+    assert _bad("Verdict: ...", {"bench": bench}) == ""
+    assert _bad("Verdict: ... OUTPUTS DIFFER ...", {"bench": bench}) == " bad"

@@ -1,0 +1,133 @@
+"""The README cannot rot: its pipeline is what the demo runs, it runs, and every command it shows parses."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from eaglewire.demo.commands import demo_steps, print_commands
+from eaglewire.demo.run import PRESETS
+from support.cli import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+# the README's quick pipeline, shrunk to a tiny target: each rule names the flag it shrinks
+SHRINK = [
+    (r"--target default", "--target tiny:llama"),
+    (r"--topic-prompts \d+", "--topic-prompts 12"),
+    (r"--max-new-tokens \d+", "--max-new-tokens 12"),
+    (r"--gen-batch-size \d+", "--gen-batch-size 12"),
+    (r"--epochs \d+", "--epochs 1"),
+    (r"--max-len \d+", "--max-len 128"),
+    (r"--samples \d+", "--samples 4"),
+    (r"--max-prompts \d+", "--max-prompts 2"),
+]
+
+
+def readme_pipeline() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- demo-commands:quick -->\n```bash\n(.*?)```\n<!-- /demo-commands -->", text, re.S)
+    assert m, "README.md: the quick pipeline block (<!-- demo-commands:quick -->) is missing"
+    return m.group(1).strip().splitlines()
+
+
+def test_readme_pipeline_is_exactly_what_the_quick_preset_runs():
+    want = print_commands(demo_steps("default", PRESETS["quick"], Path("runs/demo-quick"))).splitlines()
+    assert readme_pipeline() == want, "README.md is stale: paste `eaglewire demo --print-commands` into its block"
+
+
+def test_the_readme_pipeline_runs_on_a_tiny_target(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "src").symlink_to(ROOT / "src")  # the README runs from the repository root
+    lines = readme_pipeline()
+    assert [shlex.split(x)[1] for x in lines][:2] == ["data", "train"]
+    for line in lines:
+        for pat, repl in SHRINK:
+            line = re.sub(pat, repl, line)
+        args = shlex.split(line)[1:]
+        r = run_cli(*args)
+        assert r.returncode == 0, f"{line}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    assert (tmp_path / "runs/demo-quick/bench/bench.json").is_file()
+    assert (tmp_path / "runs/demo-quick/export/vllm/config.json").is_file()
+
+
+def _commands(path: Path) -> list[tuple[int, list[str]]]:
+    """`eaglewire ...` lines in code blocks (continuations joined, comments and `$ ` prompts dropped)."""
+    out, block, buf, start = [], False, "", 0
+    for k, raw in enumerate(path.read_text().splitlines(), 1):
+        if raw.startswith("```"):
+            block = not block
+            continue
+        if not block:
+            continue
+        line = raw.split("  #")[0].rstrip()
+        line = line[2:] if line.startswith("$ ") else line
+        if buf:
+            buf += " " + line.rstrip("\\").strip()
+        elif re.match(r"(torchrun .*-m eaglewire\.cli|eaglewire) ", line.strip()):
+            buf, start = line.strip().rstrip("\\"), k
+        if buf and not line.endswith("\\"):
+            toks = shlex.split(buf.replace("...", ""))
+            toks = toks[toks.index("eaglewire.cli") + 1:] if "eaglewire.cli" in toks else toks[1:]
+            out.append((start, toks))
+            buf = ""
+    return out
+
+
+def _command_params(toks: list[str]):
+    import typer.main
+
+    from eaglewire.cli import app
+
+    group = typer.main.get_command(app)
+    cmd, rest = group, toks
+    while hasattr(cmd, "commands") and rest and rest[0] in cmd.commands:
+        cmd, rest = cmd.commands[rest[0]], rest[1:]
+    assert cmd is not group, f"unknown command {toks[:2]}"
+    flags = {o: not getattr(p, "is_flag", False) for p in cmd.params if not getattr(p, "hidden", False)
+             for o in (*p.opts, *p.secondary_opts)}  # hidden = a deprecated alias: docs must use the name
+    return cmd, rest, flags  # flag -> whether it takes a value
+
+
+def _unknown(rest: list[str], flags: dict) -> list[str]:
+    out, skip = [], False
+    for t in rest:
+        if skip:  # a value, even one that starts with -- (--engine-args '--enable-expert-parallel')
+            skip = False
+            continue
+        name = t.split("=")[0]
+        if t.startswith("--"):
+            if name not in flags:
+                out.append(name)
+            skip = flags.get(name, False) and "=" not in t
+    return out
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_command_shown_in_the_docs_parses(doc):
+    """Each `eaglewire` line names a real command and only flags it takes under their current names."""
+    bad = []
+    for k, toks in _commands(doc):
+        try:
+            _, rest, flags = _command_params(toks)
+        except AssertionError as e:
+            bad.append(f"{doc.name}:{k}: {e}")
+            continue
+        unknown = _unknown(rest, flags)
+        if unknown:
+            bad.append(f"{doc.name}:{k}: {' '.join(toks[:2])} has no {', '.join(unknown)}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_the_commands_and_catches_an_old_flag(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("```bash\neaglewire data vocab runs/d --size 4096   # old name\n"
+                   "torchrun --nproc_per_node 2 -m eaglewire.cli train --data d \\\n    --out r --epochs 2\n```\n")
+    cmds = _commands(doc)
+    assert [c[1][:2] for c in cmds] == [["data", "vocab"], ["train", "--data"]]
+    _, rest, flags = _command_params(cmds[0][1])
+    assert "--size" not in flags and "--vocab-size" in flags  # the old name is a hidden alias, not a shown flag
