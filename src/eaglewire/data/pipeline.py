@@ -37,7 +37,14 @@ def _load(cfg):
 
 def _collect_prompts(cfg, target) -> tuple[list, dict]:
     from eaglewire.data.jsonl import read_jsonl, rewrite_jsonl
-    from eaglewire.data.prompts import Conversation, dedupe, load_prompts, self_prompts
+    from eaglewire.data.prompts import (
+        Conversation,
+        dedupe,
+        drop_heldout,
+        heldout_prompt_texts,
+        load_prompts,
+        self_prompts,
+    )
 
     path = cfg.out / PROMPTS
     if cfg.resume and path.exists():
@@ -49,17 +56,22 @@ def _collect_prompts(cfg, target) -> tuple[list, dict]:
         loaded = load_prompts(cfg.prompts)
         counts["loaded"] = len(loaded)
         convs += loaded
+    generated = []
     if cfg.topic_prompts > 0:
         from eaglewire.data.topic_prompts import topic_prompts
 
         tp = topic_prompts(cfg.topic_prompts, seed=cfg.seed)
         counts["topic_prompts"] = len(tp)
-        convs += tp
+        generated += tp
     if cfg.self_prompts > 0:
         sp, sp_counts = self_prompts(target, cfg.self_prompts, seed=cfg.seed, batch_size=cfg.batch_size,
                                      max_new_tokens=cfg.self_prompt_tokens)
         counts["self_prompts"] = sp_counts.__dict__ if hasattr(sp_counts, "__dict__") else sp_counts
-        convs += sp
+        generated += sp
+    if generated:
+        # the user's own files are theirs to choose (the held-out set itself is built that way)
+        generated, counts["heldout_near_copies"] = drop_heldout(generated, heldout_prompt_texts())
+        convs += generated
     convs, dropped = dedupe(convs)
     counts.update(duplicates=dropped, unique=len(convs))
     rewrite_jsonl(path, [{"index": i, "messages": c.messages} for i, c in enumerate(convs)])

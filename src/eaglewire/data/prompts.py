@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import unicodedata
 from dataclasses import dataclass, field
 
@@ -107,6 +108,42 @@ def dedupe(convs: list[Conversation]) -> tuple[list[Conversation], int]:
         k = c.key()
         if k not in seen:
             seen.add(k)
+            kept.append(c)
+    return kept, len(convs) - len(kept)
+
+
+# a generated prompt this close to a held-out one (word Jaccard) would leak the evaluation into training
+NEAR_COPY_JACCARD = 0.6
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(re.findall(r"[a-z0-9]+", text.casefold()))
+
+
+def _user_text(conv: Conversation) -> str:
+    return " ".join(m["content"] for m in conv.messages if m["role"] == "user")
+
+
+def heldout_prompt_texts() -> list[str]:
+    """The shipped held-out prompts (what `doctor drafter` and `bench` measure generalisation on)."""
+    from eaglewire.data.jsonl import read_jsonl
+    from eaglewire.decoding.cli import heldout_prompts_path
+
+    return [r["prompt"] for r in read_jsonl(heldout_prompts_path())]
+
+
+def drop_heldout(convs: list[Conversation], heldout: list[str]) -> tuple[list[Conversation], int]:
+    """Drop conversations whose user turns nearly copy a held-out prompt; return (kept, n_dropped).
+
+    Held-out acceptance is only a measure of generalisation while no training
+    prompt restates an evaluation prompt, so generated prompts (composed,
+    self-written) pass through this before any answer is made for them.
+    """
+    held = [w for w in map(_words, heldout) if w]
+    kept = []
+    for c in convs:
+        w = _words(_user_text(c))
+        if not any(len(w & h) >= NEAR_COPY_JACCARD * len(w | h) for h in held):
             kept.append(c)
     return kept, len(convs) - len(kept)
 
