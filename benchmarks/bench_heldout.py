@@ -43,7 +43,7 @@ def score(ckpt: Path, heldout: Path, head_w: torch.Tensor, cats: list[str], dept
     allr = chain_stats(model, ds, head_w, len(ds), depth)
     per_cat = {c: round(v["mean_acceptance_length"], 3) for c, v in per_category(model, ds, head_w, depth, cats).items()}
     return {"drafter": str(ckpt), "depth": depth, "mean_acceptance_length": allr["mean_acceptance_length"],
-            "acceptance_rate_per_position": allr["acceptance_rate_per_position"], "rounds": allr["rounds"],
+            "ci95": allr["mean_acceptance_length_ci95"], "acceptance_rate_per_position": allr["acceptance_rate_per_position"], "rounds": allr["rounds"],
             "acc": allr["acc"], "tau_all_positions": allr["tau_chain"], "per_category": per_cat}
 
 

@@ -35,7 +35,8 @@ def readme_pipeline() -> list[str]:
     return m.group(1).strip().splitlines()
 
 
-def test_readme_pipeline_is_exactly_what_the_quick_preset_runs():
+def test_readme_pipeline_is_exactly_what_the_quick_preset_runs(monkeypatch):
+    monkeypatch.chdir(ROOT)  # the README's paths are relative to the repository root, wherever pytest started
     want = print_commands(demo_steps("default", PRESETS["quick"], Path("runs/demo-quick"))).splitlines()
     assert readme_pipeline() == want, "README.md is stale: paste `eaglewire demo --print-commands` into its block"
 

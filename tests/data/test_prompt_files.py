@@ -145,3 +145,19 @@ def test_missing_sources_say_what_is_missing(tmp_path, monkeypatch):
             f"prompt file {tmp_path / 'promts.jsonl'} does not exist (did you mean {tmp_path / 'prompts.jsonl'}?)")
     (tmp_path / "empty").mkdir()
     _raises(tmp_path / "empty", f"{tmp_path / 'empty'}: no .jsonl, .json, .parquet files")
+
+
+def test_a_typo_under_a_local_directory_is_not_taken_for_a_hub_dataset(tmp_path, monkeypatch):
+    """`runs/x/promts.jsonl` spells a hub id `runs/x`; the directory exists here, so it is a local typo."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "x").mkdir(parents=True)
+    (tmp_path / "runs" / "x" / "prompts.jsonl").write_text('{"prompt": "x"}\n')
+    _raises("runs/x/promts.jsonl", "prompt file runs/x/promts.jsonl does not exist (did you mean runs/x/prompts.jsonl?)")
+
+
+def test_a_json_file_with_one_pretty_printed_record(tmp_path):
+    (tmp_path / "one.json").write_text(json.dumps({"prompt": "hi there"}, indent=2))
+    assert _msgs(load_prompts(tmp_path / "one.json")) == [[{"role": "user", "content": "hi there"}]]
+    (tmp_path / "two.json").write_text('{"prompt": "a"}\n{"prompt": "b"}\n')  # JSONL under a .json name
+    assert _msgs(load_prompts(tmp_path / "two.json")) == [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]]

@@ -43,7 +43,7 @@ def test_report_renders_in_headless_chromium(make_run, tmp_path):
 
 def test_offline_vs_serving_row_only_compares_like_with_like():
     """A chain benched with --min-prob counts gated rounds as tau 1: the row must not call it an error."""
-    from eaglewire.demo.acceptance import prediction_row
+    from eaglewire.demo.acceptance import prediction_row, tau_relation
 
     off = {"command": "drafter", "offline": {"depth": 4, "tau_chain": 1.5, "acc": [0.4]}, "split": "val"}
     log = {"doctor": {"reports": [off]}, "bench": {"methods": {"eaglewire_chain": {"tau": 1.25}},
@@ -52,6 +52,12 @@ def test_offline_vs_serving_row_only_compares_like_with_like():
     log["bench"]["config"]["min_prob"] = 0.1
     row = prediction_row(log)
     assert row[3] == "1.25 (with --min-prob 0.1)" and "not comparable" in row[4]
+    assert row[0] == "chain tau, chain depth 4"  # an older run: only the every-position figure
+    off["offline"].update(mean_acceptance_length=1.4, depth=3)
+    log["bench"]["config"].update(min_prob=0.0, depth=4)
+    row = prediction_row(log)
+    assert row[:2] == ["mean acceptance length, chain depth 3", "1.40"] and row[4] == "offline error +12.0%"
+    assert "(ungated, depth 3)" in tau_relation(log)  # the offline figure's depth, not bench's
 
 
 def test_demo_doctor_checks_the_exports_without_a_warning(tiny_drafter, tmp_path):

@@ -10,6 +10,7 @@ from eaglewire.doctor.drafter import (
     bootstrap_interval,
     chain_stats,
     decode_rounds,
+    round_masks,
     unroll_predictions,
 )
 from eaglewire.drafter.checkpoint import load_checkpoint
@@ -29,6 +30,19 @@ def _naive_rounds(run: list[int], start: list[bool]) -> list[int]:
     return out
 
 
+class _OneSample:
+    """A dataset of one collated sample, so the test scores it through `chain_stats` itself."""
+
+    def __init__(self, batch):
+        self.item = {k: v[0] for k, v in batch.items()}
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, i):
+        return self.item
+
+
 def test_decode_rounds_matches_the_stepwise_reference():
     g = torch.Generator().manual_seed(0)
     for _ in range(200):
@@ -36,6 +50,26 @@ def test_decode_rounds_matches_the_stepwise_reference():
         run = torch.randint(0, 4, (T,), generator=g)
         start = torch.rand(T, generator=g) > 0.2
         assert decode_rounds(run, start) == _naive_rounds(run.tolist(), start.tolist())
+
+
+def test_rounds_end_with_the_answer():
+    """Decoding emits an n-token answer as the prefill's token plus rounds: n - 1 rounds when every draft
+    is rejected, ceil((n - 1) / (depth + 1)) when every draft is accepted; no draft past the end counts."""
+    depth = 3
+    for prompt, n, pad in [(5, 1, 0), (5, 2, 3), (4, 9, 0), (6, 13, 2), (3, 8, 5)]:
+        T = prompt + n + pad
+        b = {"loss_mask": torch.zeros(1, T, dtype=torch.bool), "attention_mask": torch.zeros(1, T, dtype=torch.bool)}
+        b["loss_mask"][0, prompt:prompt + n] = True
+        b["attention_mask"][0, :prompt + n] = True
+        drafted, walk = round_masks(b, depth)
+        assert decode_rounds(torch.zeros(T, dtype=torch.long), walk[0]) == [0] * (n - 1)
+        run = torch.cumprod(drafted.long(), -1).sum(-1)[0]  # every draft inside the answer matches
+        rounds = decode_rounds(run, walk[0])
+        expect, left = [], n - 1  # tokens after the prefill's; a round accepts what is left, at most depth
+        while left > 0:
+            expect.append(min(depth, left))
+            left -= depth + 1
+        assert rounds == expect, (prompt, n, rounds)
 
 
 def test_offline_rounds_equal_the_engine_rounds(tiny_drafter, tiny_targets):
@@ -61,12 +95,18 @@ def test_offline_rounds_equal_the_engine_rounds(tiny_drafter, tiny_targets):
         mask[a:] = True
         b = collate([{"input_ids": torch.tensor(seq), "loss_mask": mask, "features": feats, "target_hidden": fin}])
         pred, tgt, m = unroll_predictions(model, b, head, depth)
-        hit = ((pred + model.d2t[pred]) == tgt) & m
-        offline = decode_rounds(torch.cumprod(hit.long(), -1).sum(-1)[0], m[0, :, 0])
+        drafted, walk = round_masks(b, depth)
+        hit = ((pred + model.d2t[pred]) == tgt) & m & drafted
+        offline = decode_rounds(torch.cumprod(hit.long(), -1).sum(-1)[0], walk[0])
         served = [s.accepted for s in res.metrics.steps]
-        # the engine's last round may be cut by max_new_tokens; the data's by the end of the answer
-        assert served[:-1] == offline[: len(served) - 1], (i, served, offline)
-        seen += served[:-1]
+        # one round per engine round, none after the answer's last token; the engine's last round may
+        # accept drafts past max_new_tokens (cut from its output), the data's answer ends there
+        left = len(res.token_ids) - 1 - sum(r + 1 for r in served[:-1])
+        assert offline == served[:-1] + [min(served[-1], left)], (i, served, offline)
+        stats = chain_stats(model, _OneSample(b), head, 1, depth)
+        assert stats["rounds"] == len(offline)
+        assert abs(stats["mean_acceptance_length"] - (1 + sum(offline) / len(offline))) < 1e-9
+        seen += served
     assert len(set(seen)) >= 2, seen  # both accepted and rejected rounds were compared
 
 

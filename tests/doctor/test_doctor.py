@@ -272,13 +272,17 @@ def test_seeds_kimi_ids_served_by_sglang_0_5_23(tmp_path):
 
 def test_offline_rounds_are_replayed_like_a_greedy_server():
     """Rounds start at the first answer position and hop over what was accepted plus the bonus token."""
-    from eaglewire.doctor.live import Acceptance, _walk_rounds
+    import torch
+
+    from eaglewire.doctor.drafter import decode_rounds
+    from eaglewire.doctor.live import Acceptance
 
     acc = Acceptance(accepted_per_pos=[0, 0])
     #        t: 0  1  2  3  4  5  6  7
     run = [9, 2, 0, 1, 2, 0, 1, 0]  # leading matches at each start (position 0 is prompt: not a start)
     starts = [False, True, True, True, True, True, True, True]
-    _walk_rounds([min(r, 2) for r in run], starts, acc)
+    for r in decode_rounds(torch.tensor([min(r, 2) for r in run]), torch.tensor(starts)):
+        acc.add_round(r)
     # rounds at t=1 (2 accepted) -> t=4 (2) -> t=7 (0): 3 rounds, position 0 accepted twice, position 1 twice
     assert acc.drafts == 3 and acc.accepted_per_pos == [2, 2]
     assert acc.mean_length == 1 + 4 / 3

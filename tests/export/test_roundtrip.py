@@ -119,6 +119,15 @@ def test_sglang_export_for_a_deepseek_target_follows_the_version(tmp_path):
     with pytest.raises(EaglewireError, match="no layer id for layers.0.out"):
         run_export(ExportConfig(ckpt=bad, format="sglang", out=tmp_path / "b"))
     assert run_export(ExportConfig(ckpt=bad, format="sglang", out=tmp_path / "b2", engine_version="0.5.12"))["ids"] == [0, 4, 5]
+    # checked with no --engine, each export is read by the engine version it was written for: both pass
+    from eaglewire.doctor.cli import exported_for
+    from eaglewire.doctor.engine_config import doctor_config
+
+    assert exported_for(tmp_path / "old") == "sglang==0.5.12" and exported_for(tmp_path / "new") == "sglang"
+    for d in ("old", "new"):
+        rep = doctor_config(tmp_path / d, exported_for(tmp_path / d), L, [p.name for p in (layer_out(2), layer_out(4), layer_out(5))],
+                            None, None, None, "deepseek_v3")
+        assert not rep.failed, (d, rep)
 
 
 def test_import_layers_from_overrides_meaning(tmp_path):

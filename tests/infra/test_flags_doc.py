@@ -152,6 +152,8 @@ def test_one_default_per_concept():
 
 
 @pytest.mark.parametrize("record,engine", [({"format": "sglang"}, "sglang"), ({"format": "speculators"}, "speculators"),
+                                           ({"format": "sglang", "engine_spec": "sglang==0.5.12"}, "sglang==0.5.12"),
+                                           ({"format": "sglang", "engine_spec": "tgi==1"}, "sglang"),
                                            ({"format": "eagle"}, None), ("not json", None), (None, None)])
 def test_doctor_config_checks_the_engine_an_export_was_written_for(tmp_path, record, engine):
     from eaglewire.doctor.cli import exported_for

@@ -49,7 +49,8 @@ def prompt_files(p: Path) -> list[Path]:
         if files:
             return files
     parts = p.parts
-    if len(parts) >= 2 and is_repo_id("/".join(parts[:2])):
+    # a local directory wins over a hub id of the same spelling (as for targets): a typo under runs/x is a typo
+    if len(parts) >= 2 and is_repo_id("/".join(parts[:2])) and not Path(parts[0]).exists():
         repo = "/".join(parts[:2])
         snap = cached_snapshot(repo, "dataset", f"--prompts {p}")
         return prompt_files(snap.joinpath(*parts[2:])) if len(parts) > 2 else _dir_files(snap)
@@ -71,8 +72,21 @@ def _records(p: Path) -> Iterator[tuple[str, object]]:
         yield from _parquet_rows(p)
     elif _first_char(p) == b"[":  # a JSONL line is never an array: this is one JSON document
         yield from _json_array(p)
+    elif (one := _one_json_object(p)) is not None:
+        yield str(p), one
     else:
         yield from _jsonl(p)
+
+
+def _one_json_object(p: Path, max_bytes: int = 64 << 20):
+    """A `.json` file holding a single (possibly pretty-printed) record, else None (read as JSONL)."""
+    if p.suffix != ".json" or _first_char(p) != b"{" or p.stat().st_size > max_bytes:
+        return None
+    try:
+        obj = json.loads(p.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None  # JSONL (several lines) or broken: the line reader names the line
+    return obj if isinstance(obj, dict) else None
 
 
 def _first_char(p: Path) -> bytes:

@@ -87,8 +87,9 @@ def tau_relation(log: dict) -> str:
     """One sentence on how the taus relate, with this run's depth and gate."""
     c = log.get("bench", {}).get("config") or {}
     gate = c.get("min_prob") or 0.0
+    depth = ((_report(log, "drafter") or {}).get("offline") or {}).get("depth", 4)
     return ("How they relate: all count 1 + accepted drafts per round. The offline chain tau starts a round at every "
-            f"answer position (ungated, depth {c.get('depth', 4)}), so it weighs the easy stretches that decoding "
+            f"answer position (ungated, depth {depth}), so it weighs the easy stretches that decoding "
             "skips over and reads highest; the mean acceptance lengths and `doctor online` count the rounds decoding "
             "takes; "
             + (f"bench's tau is gated by --min-prob {gate}: a round with no draft above the threshold counts as tau 1, "
@@ -106,12 +107,14 @@ def prediction_row(log: dict) -> list[str] | None:
     bench = log.get("bench", {})
     serve = (bench.get("methods", {}).get("eaglewire_chain") or {}).get("tau")
     gated = (bench.get("config") or {}).get("min_prob") or 0.0
-    pred = off.get("mean_acceptance_length") or off["tau_chain"]  # older runs recorded only the every-position figure
+    # older runs recorded only the every-position figure
+    what = "mean acceptance length" if off.get("mean_acceptance_length") else "chain tau"
+    pred = off.get("mean_acceptance_length") or off["tau_chain"]
     err = f"offline error {(pred - serve) / serve:+.1%}" if serve else "bench ran no chain"
     shown = f"{serve:.2f}" if serve else "-"
     if serve and gated:  # gated rounds count tau 1: not the ungated chain the offline tau describes
         shown += f" (with --min-prob {gated})"
         err = ("not comparable (gated rounds count tau 1): `eaglewire bench ... --methods eaglewire_chain --min-prob 0` "
                "gives the ungated chain")
-    return [f"chain depth {off['depth']}", f"{pred:.2f}", r.get("split", "-"), shown, err,
+    return [f"{what}, chain depth {off['depth']}", f"{pred:.2f}", r.get("split", "-"), shown, err,
             " ".join(f"{a:.3f}" for a in off["acc"])]

@@ -112,7 +112,7 @@ def _sections(run: Path, preset: str, p: dict, log: dict) -> list[tuple[str, lis
     """(title, table head, rows, lines after the table) in reading order."""
     bench = log.get("bench", {})
     pred = prediction_row(log)
-    pred_line = [f"Does the offline tau predict serving? Offline chain tau {pred[1]} ({pred[0]}) against bench's chain "
+    pred_line = [f"Does the offline figure predict serving? Offline {pred[0]}: {pred[1]}, against bench's chain "
                  f"tau {pred[3]}: {pred[4]}."] if pred else []
     return [
         ("Speed (greedy, shipped held-out prompts, methods interleaved per prompt)",

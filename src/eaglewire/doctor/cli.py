@@ -130,9 +130,12 @@ def exported_for(d: Path) -> str | None:
     from eaglewire.export.formats import ID_ENGINE
 
     try:
-        fmt = json.loads((Path(d) / RECORD).read_text()).get("format")
+        record = json.loads((Path(d) / RECORD).read_text())
+        fmt, spec = record.get("format"), record.get("engine_spec")
     except (OSError, ValueError, AttributeError):
         return None
+    if isinstance(spec, str) and spec.partition("==")[0] in ENGINES:
+        return spec  # with the version the ids were written for (older records name the format only)
     engine = ID_ENGINE.get(fmt) if isinstance(fmt, str) else None
     return engine if engine in ENGINES else None
 

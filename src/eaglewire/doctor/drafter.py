@@ -64,7 +64,9 @@ def chain_stats(model, ds, head_w, num_samples: int, depth: int, d2t_mode: str =
         start = m[..., 0]  # positions where a draft round could start
         run = torch.cumprod(hit.long(), dim=-1).sum(-1)  # [B, T] leading matches
         accept_lengths += run[start].tolist()
-        for r_b, s_b in zip(run, start):
+        served, walk = round_masks(b, depth)
+        run_served = torch.cumprod((hit & served).long(), dim=-1).sum(-1)  # [B, T]
+        for r_b, s_b in zip(run_served, walk):
             rounds.append(decode_rounds(r_b, s_b))
     acc = (correct / count.clamp(min=1)).tolist()
     hist = torch.bincount(torch.tensor(accept_lengths or [0]), minlength=depth + 1).tolist()
@@ -97,6 +99,20 @@ def bootstrap_interval(rounds: list[list[int]], n_boot: int = 1000, seed: int = 
     means = 1.0 + acc[pick].sum(1) / cnt[pick].sum(1)
     lo, hi = torch.quantile(means, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
     return [lo, hi]
+
+
+def round_masks(batch: dict, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(draft k of the round at t drafts an answer token [B, T, depth], a round starts at t [B, T]).
+
+    Decoding stops once it has emitted the answer's last token (its end of
+    turn, or the token budget), so a round exists only while the token it
+    drafts first is still part of the answer, and a draft past the end is
+    never accepted. (`acc` and `tau_chain` keep the per-position convention
+    of SpecForge and EAGLE-3, which scores the position after the last token too.)
+    """
+    valid = (batch["loss_mask"] & batch["attention_mask"]).long()  # [B, T]
+    drafted = torch.stack([_shift_left(valid, 2 + k).bool() for k in range(depth)], -1)  # [B, T, depth]
+    return drafted, drafted[..., 0] & _shift_left(valid, 1).bool()
 
 
 def decode_rounds(run: torch.Tensor, start: torch.Tensor) -> list[int]:

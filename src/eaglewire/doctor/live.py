@@ -101,7 +101,7 @@ def offline_acceptance(model, data_dir: Path, head_w, depth: int, num_samples: i
     import torch
 
     from eaglewire.data.dataset import FeatureDataset, collate
-    from eaglewire.doctor.drafter import unroll_predictions
+    from eaglewire.doctor.drafter import decode_rounds, round_masks, unroll_predictions
 
     ds = FeatureDataset(data_dir, verify=False)
     acc = Acceptance(accepted_per_pos=[0] * depth)
@@ -109,18 +109,13 @@ def offline_acceptance(model, data_dir: Path, head_w, depth: int, num_samples: i
         for i in range(0, min(num_samples, len(ds)), 4):
             b = collate([ds[j] for j in range(i, min(i + 4, num_samples, len(ds)))])
             pred, tgt, m = unroll_predictions(model, b, head_w, depth)
-            hit = ((pred + model.d2t[pred]) == tgt) & m  # [B, T, depth]
+            drafted, walk = round_masks(b, depth)
+            hit = ((pred + model.d2t[pred]) == tgt) & m & drafted  # [B, T, depth]
             run = torch.cumprod(hit.long(), dim=-1).sum(-1)  # [B, T] leading matches
-            for row, starts in zip(run.tolist(), m[..., 0].tolist()):
-                _walk_rounds(row, starts, acc)
+            for row, starts in zip(run, walk):
+                for r in decode_rounds(row, starts):
+                    acc.add_round(r)
     return acc
-
-
-def _walk_rounds(run: list[int], starts: list[bool], acc: Acceptance) -> None:
-    t = next((k for k, s in enumerate(starts) if s), len(starts))
-    while t < len(starts) and starts[t]:
-        acc.add_round(run[t])
-        t += run[t] + 1
 
 
 def offline_tolerance(rate: float, n: int) -> float:

@@ -107,7 +107,9 @@ def run_export(cfg: ExportConfig) -> dict:
     config = build_config(fmt, model.config, ids, verifier, cfg.speculative_tokens)
     tensors = to_format_state(fmt, model.config, model.state_dict())
     record = {"source": str(cfg.ckpt), "format": fmt, "points": [p.name for p in points], "target_num_layers": L,
-              "ids": ids, "engine": eng.label(), "assumed": eng.assumptions(), "ids_meaning": ENGINE_HELP[ID_ENGINE[fmt]], "ids_key": ID_KEY[fmt], "warnings": warnings,
+              "ids": ids, "engine": eng.label(),
+              # what `doctor config` on this directory checks against when no --engine is given
+              "engine_spec": f"{eng.name}=={eng.version}" if eng.version else eng.name, "assumed": eng.assumptions(), "ids_meaning": ENGINE_HELP[ID_ENGINE[fmt]], "ids_key": ID_KEY[fmt], "warnings": warnings,
               "target_fingerprint": prov.fingerprint.to_json(), "chat_template_sha": prov.chat_template_sha,
               # the training-time layer config, so `doctor config` on this directory alone can check
               # rope/eps/norm placement even after the checkpoint is moved or deleted
