@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.eaglewire-installed
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test test-fast test-integration test-e2e lint clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,9 +23,20 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/eaglewire demo
 
+# Every tier (CI runs this). Tiers: README, Testing.
 test: setup
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=15
+
+# The inner loop: pure code on tiny models, no real engine (a few minutes).
+test-fast: setup
+	$(BIN)/python -m pytest -m unit -q
+
+test-integration: setup
+	$(BIN)/python -m pytest -m integration
+
+test-e2e: setup
+	$(BIN)/python -m pytest -m e2e
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

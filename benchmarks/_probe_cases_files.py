@@ -43,7 +43,7 @@ def _config_with(w: World, d: Path, **change) -> bytes:
 
 def _weights(kind: str):
     def prep(w: World, d: Path) -> list:
-        from support.export_helpers import break_weights
+        from eaglewire_testing.export_helpers import break_weights
 
         src = _sglang(w, d)
         break_weights(src / "model.safetensors", kind)

@@ -1,7 +1,7 @@
 """What `probe_hardening.py` runs against: tiny artifacts built on demand, a misbehaving
 OpenAI-compatible server, and the real `eaglewire` CLI as a subprocess.
 
-Artifacts are made the way the tests make them (``tests/support``), once per probe
+Artifacts are made the way the tests make them (``src/eaglewire_testing``), once per probe
 run and only when a selected case needs them; each case works on its own copy.
 """
 
@@ -23,13 +23,12 @@ from functools import cached_property
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # the package; tests/support
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 CLI_ENV = {**{k: v for k, v in os.environ.items() if k != "EAGLEWIRE_DEBUG"},
            "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
 
-from support.chat_faults import GOOD, json_faults, reply  # noqa: E402
+from eaglewire_testing.chat_faults import GOOD, json_faults, reply  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------- the CLI
 
@@ -242,7 +241,7 @@ class World:
     @cached_property
     def llama_ds(self) -> Path:
         """A complete tiny dataset (answers, fp32 features, vocab) on tiny:llama."""
-        from support.tinydata import build_tiny_dataset
+        from eaglewire_testing.tinydata import build_tiny_dataset
 
         (self.tmp / "llama").mkdir()
         return build_tiny_dataset(self.tmp / "llama", n=8, max_new_tokens=8, vocab_size=100, store_dtype="fp32")
@@ -259,7 +258,7 @@ class World:
     @cached_property
     def qwen_answers(self) -> Path:
         """Answers of tiny:qwen3 (4 prompts, 8 new tokens, greedy), as test_resume_rules.py makes them."""
-        from eaglewire.data.options import DataGenerateConfig
+        from eaglewire.data.config import DataGenerateConfig
         from eaglewire.data.pipeline import run_generate
 
         p = prompts(self.tmp / "qwen-prompts.jsonl", 4)
@@ -273,12 +272,12 @@ class World:
 
     def sharded_killed(self, d: Path) -> Path:
         """qwen3 answers plus rank-00000/ of a 2-rank extract killed before rank 0 merged the manifests."""
+        from eaglewire.data.config import ExtractSettings
         from eaglewire.data.extract import extract
         from eaglewire.data.jsonl import read_jsonl
-        from eaglewire.data.options import ExtractSettings
         from eaglewire.data.sharded import rank_dir
-        from eaglewire.target.load import load_target
-        from eaglewire.target.points import eagle3_default
+        from eaglewire.targets.load import load_target
+        from eaglewire.targets.points import eagle3_default
 
         data = self.copy(self.qwen_answers, d / "data")
         t = load_target("tiny:qwen3")
@@ -290,7 +289,7 @@ class World:
     @cached_property
     def drafter(self) -> Path:
         """A briefly trained tiny:llama drafter (its real provenance: target, fingerprint, points)."""
-        from eaglewire.training.cli import TrainConfig
+        from eaglewire.training.config import TrainConfig
         from eaglewire.training.loop import run_train
 
         return Path(run_train(TrainConfig(data=self.llama_ds, out=self.tmp / "run", device="cpu", max_steps=2,
@@ -298,7 +297,7 @@ class World:
 
     def killed_run(self, d: Path) -> Path:
         """A training run killed after its state was saved (drafter/ not yet written), to --resume."""
-        from eaglewire.training.cli import TrainConfig
+        from eaglewire.training.config import TrainConfig
         from eaglewire.training.loop import run_train
 
         run_train(TrainConfig(data=self.llama_ds, out=d / "run", device="cpu", max_steps=2, save_every=1))
@@ -308,13 +307,13 @@ class World:
     @cached_property
     def ckpt(self) -> Path:
         """A random eaglewire checkpoint for an 8-layer target known only by shape (support/export_helpers)."""
-        from support.export_helpers import make_ckpt
+        from eaglewire_testing.export_helpers import make_ckpt
 
         return make_ckpt(self.tmp / "ck")[0]
 
     def export(self, fmt: str) -> Path:
+        from eaglewire.export.config import ExportConfig
         from eaglewire.export.exporter import run_export
-        from eaglewire.export.options import ExportConfig
 
         out = self.tmp / f"export-{fmt}"
         if not out.exists():
@@ -324,14 +323,14 @@ class World:
     @cached_property
     def imported_no_target(self) -> Path:
         """`import --target-layers 8` of the SGLang export: a checkpoint that records no target."""
+        from eaglewire.export.config import ImportConfig
         from eaglewire.export.importer import run_import
-        from eaglewire.export.options import ImportConfig
 
         run_import(ImportConfig(src=self.export("sglang"), out=self.tmp / "imported", target_layers=8))
         return self.tmp / "imported"
 
     def target_config(self, arch: str) -> dict:
-        from eaglewire.target.load import load_target
+        from eaglewire.targets.load import load_target
 
         return json.loads((load_target(f"tiny:{arch}").path / "config.json").read_text())
 

@@ -17,19 +17,16 @@ import argparse
 import csv
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
+from eaglewire.data.config import DataExtractConfig, DataVocabConfig  # noqa: E402
 from eaglewire.data.jsonl import read_jsonl  # noqa: E402
-from eaglewire.data.options import DataExtractConfig, DataVocabConfig  # noqa: E402
 from eaglewire.data.pipeline import run_extract, run_vocab  # noqa: E402
-from eaglewire.training.cli import TrainConfig  # noqa: E402
+from eaglewire.training.config import TrainConfig  # noqa: E402
 from eaglewire.training.loop import run_train  # noqa: E402
 
 

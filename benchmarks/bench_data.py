@@ -23,8 +23,8 @@ from eaglewire.data.extract import (
     tokenize_rows,
 )
 from eaglewire.data.generate import GenSettings, encode_prompt, generate_batch
-from eaglewire.target.load import load_target
-from eaglewire.target.points import eagle3_default
+from eaglewire.targets.load import load_target
+from eaglewire.targets.points import eagle3_default
 
 PROMPTS = ["Explain how rainbows form.", "Write a haiku about autumn.", "What is the capital of Japan?",
            "Give me a recipe for pancakes.", "How do vaccines work?", "Describe a cat to someone who has never seen one.",
@@ -57,7 +57,7 @@ def bench_extract(t, n: int) -> dict:
     bare = time.perf_counter() - t0
     t0 = time.perf_counter()
     for b in batches:
-        forward_features(t, b, [__import__("eaglewire.target.points", fromlist=["Point"]).Point.parse(p) for p in pts])
+        forward_features(t, b, [__import__("eaglewire.targets.points", fromlist=["Point"]).Point.parse(p) for p in pts])
     capture_only = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()

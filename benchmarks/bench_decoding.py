@@ -34,8 +34,8 @@ except ImportError:  # running from a checkout without installing
 from eaglewire.decoding.target_runner import TargetRunner
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.model import causal_mask
-from eaglewire.target.load import load_target
-from eaglewire.target.points import eagle3_default
+from eaglewire.targets.load import load_target
+from eaglewire.targets.points import eagle3_default
 
 SIZES = (1, 4, 8, 16, 32, 64)
 

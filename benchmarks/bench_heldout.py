@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.doctor.drafter import chain_stats
+from eaglewire.doctor.acceptance import chain_stats
 from eaglewire.doctor.heldout import per_category, shipped_categories
-from eaglewire.drafter.checkpoint import load_checkpoint
+from eaglewire.export.checkpoint import load_checkpoint
 
 
 def categories(heldout: Path, ds: FeatureDataset, tokenizer) -> list[str]:
@@ -83,7 +83,7 @@ def slot_ablation(ckpt: Path, heldout: Path, head_w: torch.Tensor, depth: int = 
 
 
 def load_head_and_tokenizer(target: str = "default"):
-    from eaglewire.target.load import load_target
+    from eaglewire.targets.load import load_target
 
     t = load_target(target)
     return t.model.get_output_embeddings().weight.detach().float(), t.tokenizer

@@ -28,7 +28,7 @@ from bench_heldout import categories, load_head_and_tokenizer, print_rows, score
 
 from eaglewire.data.dataset import FeatureDataset
 from eaglewire.infra.options import config_from_dict
-from eaglewire.training.cli import TrainConfig
+from eaglewire.training.config import TrainConfig
 from eaglewire.training.loop import run_train
 
 
@@ -37,7 +37,7 @@ def base_options() -> dict:
     from pathlib import Path as _P
 
     from eaglewire.demo.commands import demo_steps
-    from eaglewire.demo.run import PRESETS
+    from eaglewire.demo.config import PRESETS
 
     train = next(s.config for s in demo_steps("default", PRESETS["quick"], _P("x")) if s.command == "train")
     keep = ("epochs", "batch_size", "lr", "max_len", "ttt_steps", "lk_weight", "init", "freeze_head", "fc_norm",

@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from eaglewire.data.options import DataExtractConfig, DataGenerateConfig, DataVocabConfig
+from eaglewire.data.config import DataExtractConfig, DataGenerateConfig, DataVocabConfig
 from eaglewire.data.pipeline import run_extract, run_generate, run_vocab
-from eaglewire.training.cli import TrainConfig
+from eaglewire.training.config import TrainConfig
 from eaglewire.training.loop import run_train
 
 COPY = ("prompts.jsonl", "responses.jsonl", "generate.config.json", "vocab.safetensors", "vocab.json")

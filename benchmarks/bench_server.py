@@ -15,20 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # a checkout without installing; test support
 
+from eaglewire.data.config import GenSettings  # noqa: E402
 from eaglewire.data.generate import generate_responses  # noqa: E402
-from eaglewire.data.options import GenSettings  # noqa: E402
-from eaglewire.data.server import ChatClient, ServerSettings, generate_via_server  # noqa: E402
+from eaglewire.data.server import ServerSettings, generate_via_server  # noqa: E402
 from eaglewire.data.topic_prompts import topic_prompts  # noqa: E402
-from eaglewire.target.load import load_target, resolve_target_dir  # noqa: E402
-from support.serve import transformers_server  # noqa: E402
+from eaglewire.engines.http import ChatClient  # noqa: E402
+from eaglewire.targets.load import load_target, resolve_target_dir  # noqa: E402
+from eaglewire_testing.serve import transformers_server  # noqa: E402
 
 MODES = {"serve": [], "serve --continuous-batching": ["--continuous-batching"]}
 

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from eaglewire.decoding.cli import _round_robin, heldout_prompts_path  # noqa: E402
+from eaglewire.data.heldout import heldout_prompts_path  # noqa: E402
 from eaglewire.decoding.compat import load_drafter_for  # noqa: E402
 from eaglewire.decoding.engine import SpecConfig, SpecEngine  # noqa: E402
-from eaglewire.target.load import load_target  # noqa: E402
+from eaglewire.decoding.run import _round_robin  # noqa: E402
+from eaglewire.targets.load import load_target  # noqa: E402
 
 DEFAULT_SHAPES = ("3,4,10", "3,2,7", "2,3,6", "3,3,8")
 

@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from eaglewire.data.config import DataExtractConfig, DataGenerateConfig, DataVocabConfig
 from eaglewire.data.manifest import read_manifest
-from eaglewire.data.options import DataExtractConfig, DataGenerateConfig, DataVocabConfig
 from eaglewire.data.pipeline import run_extract, run_generate, run_vocab
-from eaglewire.target.load import load_target
-from eaglewire.training.cli import TrainConfig
+from eaglewire.targets.load import load_target
+from eaglewire.training.config import TrainConfig
 from eaglewire.training.loop import run_train
 
 DTYPES = ("fp32", "bf16", "fp16")

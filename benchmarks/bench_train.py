@@ -59,14 +59,13 @@ from types import SimpleNamespace
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # a checkout without installing; test support
 
 from eaglewire.data.pipeline import auto_vocab_size  # noqa: E402
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter  # noqa: E402
 from eaglewire.drafter.ttt import prepare_targets, ttt_forward  # noqa: E402
-from eaglewire.target.load import load_target  # noqa: E402
+from eaglewire.targets.load import load_target  # noqa: E402
 from eaglewire.training.loop import _micro_batch_loss  # noqa: E402
-from support.speculators_venv import ensure_speculators_venv  # noqa: E402
+from eaglewire_testing.speculators_venv import ensure_speculators_venv  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -27,19 +27,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # a checkout without installing; test support
 
 from eaglewire.drafter import Eagle3Drafter  # noqa: E402
 from eaglewire.drafter.ttt import ttt_forward, ttt_forward_naive  # noqa: E402
-from support.drafters import make_batch, make_model  # noqa: E402
-from support.ttt_blockmask import ttt_forward_blockmask  # noqa: E402
+from eaglewire_testing.drafters import make_batch, make_model  # noqa: E402
+from eaglewire_testing.ttt_blockmask import ttt_forward_blockmask  # noqa: E402
 
 PRESETS = {
     # hidden, heads, kv heads, head_dim, intermediate, vocab, draft vocab, target hidden, batch

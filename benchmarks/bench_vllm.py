@@ -15,22 +15,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from eaglewire.decoding.cli import encode_prompt_file, heldout_prompts_path  # noqa: E402
+from eaglewire.data.heldout import heldout_prompts_path  # noqa: E402
 from eaglewire.decoding.compat import load_drafter_for  # noqa: E402
 from eaglewire.decoding.engine import SpecConfig, SpecEngine  # noqa: E402
+from eaglewire.decoding.run import encode_prompt_file  # noqa: E402
 from eaglewire.doctor.live import predicted_acceptance, served_acceptance  # noqa: E402
-from eaglewire.drafter.checkpoint import read_provenance, resolve_dir  # noqa: E402
+from eaglewire.engines.vllm_env import find_python, vllm_version  # noqa: E402
+from eaglewire.engines.vllm_server import (  # noqa: E402
+    ServeSpec,
+    VllmServer,
+    complete_ids,
+    free_port,
+    served_model,
+)
+from eaglewire.export.checkpoint import read_provenance, resolve_dir  # noqa: E402
+from eaglewire.export.config import ExportConfig  # noqa: E402
 from eaglewire.export.exporter import run_export  # noqa: E402
-from eaglewire.export.options import ExportConfig  # noqa: E402
-from eaglewire.serve.vllm_env import find_python, vllm_version  # noqa: E402
-from eaglewire.serve.vllm_server import ServeSpec, VllmServer, complete_ids, free_port, served_model  # noqa: E402
-from eaglewire.target.load import load_target, resolve_target_dir  # noqa: E402
+from eaglewire.targets.load import load_target, resolve_target_dir  # noqa: E402
 
 
 def _vllm_phase(py, target_dir: Path, drafter: Path | None, depth: int, prompts, max_new: int, log: Path) -> dict:

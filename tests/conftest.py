@@ -1,32 +1,43 @@
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # the package; tests/support
 
 ARCHS = ["llama", "qwen3", "mistral", "deepseek_v3"]
+
+# Tiers (README, Testing): a test's own marker wins; a file may mark all its tests (`pytestmark`);
+# the rest are integration tests when they use a real engine or the real default target, unit otherwise.
+TIERS = ("unit", "integration", "e2e")
+REAL_ENGINE_FIXTURES = {"vllm_python", "default_target"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(item.get_closest_marker(t) for t in TIERS):
+            continue
+        real = REAL_ENGINE_FIXTURES & set(item.fixturenames) or item.get_closest_marker("slow")
+        item.add_marker(pytest.mark.integration if real else pytest.mark.unit)
 
 
 @pytest.fixture(scope="session")
 def tiny_targets():
     """Loaded tiny targets, one per architecture, built once per session."""
-    from eaglewire.target.load import load_target
+    from eaglewire.targets.load import load_target
 
     return {a: load_target(f"tiny:{a}") for a in ARCHS}
 
 
 @pytest.fixture(scope="session")
 def default_target():
-    from eaglewire.target.load import load_target
+    from eaglewire.targets.load import load_target
 
     return load_target("default")
 
 
-from support.tinydata import build_tiny_dataset  # noqa: E402
+from eaglewire_testing.tinydata import build_tiny_dataset  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +48,7 @@ def tiny_dataset(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_drafter(tiny_dataset, tmp_path_factory):
     """A briefly trained drafter on the tiny llama dataset: (checkpoint dir, dataset dir)."""
-    from eaglewire.training.cli import TrainConfig
+    from eaglewire.training.config import TrainConfig
     from eaglewire.training.loop import run_train
 
     out = tmp_path_factory.mktemp("tinyrun")
@@ -49,8 +60,8 @@ def tiny_drafter(tiny_dataset, tmp_path_factory):
 @pytest.fixture(scope="session")
 def vllm_python():
     """The real vLLM the serving and capture tests run (the pinned venv, built once); skipped outside CI."""
+    from eaglewire.engines.vllm_env import find_python
     from eaglewire.infra.errors import EaglewireError
-    from eaglewire.serve.vllm_env import find_python
 
     try:
         return find_python()
@@ -66,7 +77,7 @@ def make_run(tiny_drafter, tmp_path):
     import shutil
 
     from eaglewire.demo.report import write_report
-    from support.demo_data import synthetic_log
+    from eaglewire_testing.demo_data import synthetic_log
 
     def make(log: dict | None = None, exports=("sglang", "vllm")) -> Path:
         ckpt, _ = tiny_drafter

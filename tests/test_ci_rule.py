@@ -1,9 +1,9 @@
-"""The CI rule of tests/support/ci.py: a test that cannot run skips locally and fails under CI=true."""
+"""The CI rule of src/eaglewire_testing/ci.py: a test that cannot run skips locally and fails under CI=true."""
 
 import pytest
 from _pytest.outcomes import Failed, Skipped
 
-from support.ci import cannot_run
+from eaglewire_testing.ci import cannot_run
 
 
 @pytest.mark.parametrize("value,outcome", [("true", Failed), ("1", Failed), ("", Skipped), ("false", Skipped)])

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from eaglewire.demo.commands import demo_steps, print_commands
-from eaglewire.demo.run import PRESETS
-from support.cli import run_cli
+from eaglewire.demo.config import PRESETS
+from eaglewire_testing.cli import run_cli
+
+pytestmark = pytest.mark.e2e  # the README's commands, walked as a user runs them
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -132,3 +134,40 @@ def test_the_checker_sees_the_commands_and_catches_an_old_flag(tmp_path):
     assert [c[1][:2] for c in cmds] == [["data", "vocab"], ["train", "--data"]]
     _, rest, flags = _command_params(cmds[0][1])
     assert "--size" not in flags and "--vocab-size" in flags  # the old name is a hidden alias, not a shown flag
+
+
+def _layout() -> dict[str, set[str]]:
+    """Room -> modules, as the README's Layout block lists them (notes in parentheses dropped)."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Layout.*?```\n(.*?)```", text, re.S).group(1)
+    rooms: dict[str, str] = {}
+    room = None
+    for line in block.splitlines():
+        m = re.match(r"^  ([a-z_]+)/\s+(.*)$", line)
+        if m and m.group(1) != "bench_prompts":
+            room = m.group(1)
+            rooms[room] = m.group(2)
+        elif room and re.match(r"^ {10,}\S", line):
+            rooms[room] += " " + line.strip()
+        else:
+            room = None
+    out = {}
+    for name, desc in rooms.items():
+        while re.search(r"\([^()]*\)", desc):
+            desc = re.sub(r"\([^()]*\)", "", desc)
+        listed = desc.split(":", 1)[1] if ":" in desc else desc
+        out[name] = {w.strip().rstrip("/") for w in listed.split(",") if w.strip()}
+    return out
+
+
+def test_the_readme_layout_names_every_folder_and_module_of_the_package():
+    src = ROOT / "src" / "eaglewire"
+    tree = {d.name: {p.stem for p in d.iterdir() if p.name != "__init__.py" and p.name != "__pycache__"
+                     and (p.suffix == ".py" or p.is_dir())}
+            for d in src.iterdir() if d.is_dir() and (d / "__init__.py").exists()}
+    assert _layout() == tree
+
+
+def test_the_layout_check_sees_a_missing_module():
+    layout = _layout()
+    assert "points" in layout["targets"] and "engines" in layout and len(layout) >= 10

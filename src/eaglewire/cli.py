@@ -34,8 +34,8 @@ def _register_stages() -> None:
     """Stage modules add their own commands (they import lazily inside `run`)."""
     import importlib
 
-    for mod in ("eaglewire.target.cli", "eaglewire.data.cli", "eaglewire.training.cli", "eaglewire.decoding.cli",
-                "eaglewire.export.cli", "eaglewire.serve.cli", "eaglewire.doctor.cli", "eaglewire.demo.run", "eaglewire.plan.estimate"):
+    for mod in ("eaglewire.targets.cli", "eaglewire.data.cli", "eaglewire.training.cli", "eaglewire.decoding.cli",
+                "eaglewire.export.cli", "eaglewire.serve.cli", "eaglewire.doctor.cli", "eaglewire.demo.cli", "eaglewire.plan.cli"):
         m = importlib.import_module(mod)
         m.register(app)
 

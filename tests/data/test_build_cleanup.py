@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from eaglewire.data.options import DataBuildConfig
+from eaglewire.data.config import DataBuildConfig
 from eaglewire.data.pipeline import run_build
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.locks import LOCK_NAME

@@ -15,8 +15,8 @@ from eaglewire.data.extract import ExtractSettings, extract
 from eaglewire.data.jsonl import rewrite_jsonl
 from eaglewire.data.lossmask import render_with_mask
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.capture import capture
-from eaglewire.target.points import FINAL_NORM, Point
+from eaglewire.targets.capture import capture
+from eaglewire.targets.points import FINAL_NORM, Point
 
 WORDS = "the quick brown fox jumps over lazy dog hello world robot paint story sea boat fish sky blue".split()
 

@@ -1,6 +1,6 @@
 """`data extract --engine vllm` without a vLLM: the id plan, the derived final norm and each way a reply is wrong.
 
-The real engine is exercised in tests/serve/test_vllm_capture.py; here a fake server
+The real engine is exercised in tests/engines/test_vllm_capture.py; here a fake server
 answers like vLLM's connector (a path in kv_transfer_params to a safetensors file) or
 unlike it, and each fault must be one error naming the file and what was expected.
 """
@@ -16,9 +16,9 @@ import torch
 from safetensors.torch import save_file
 
 from eaglewire.data.extract_vllm import VllmCapture, capture_plan
+from eaglewire.engines.vllm_capture import StatesClient, capture_args
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.serve.vllm_capture import StatesClient, capture_args
-from eaglewire.target.points import EMBED, FINAL_NORM, layer_out, parse_points
+from eaglewire.targets.points import EMBED, FINAL_NORM, layer_out, parse_points
 
 
 def test_capture_plan_sorts_ids_like_vllm_and_maps_each_point_to_its_column():
@@ -124,7 +124,7 @@ class _Client:
 
 
 def test_the_final_norm_is_the_targets_own_norm_of_the_last_layer():
-    from eaglewire.target.load import load_skeleton, load_target
+    from eaglewire.targets.load import load_skeleton, load_target
 
     skel, full = load_skeleton("tiny:llama"), load_target("tiny:llama")
     pts = parse_points(["layers.1.out", "final_norm"], 8)
@@ -137,8 +137,8 @@ def test_the_final_norm_is_the_targets_own_norm_of_the_last_layer():
 
 
 def test_the_skeleton_has_the_full_targets_fingerprint_without_its_layers():
-    from eaglewire.target.fingerprint import TargetFingerprint
-    from eaglewire.target.load import load_skeleton, load_target
+    from eaglewire.targets.fingerprint import TargetFingerprint
+    from eaglewire.targets.load import load_skeleton, load_target
 
     for arch in ("llama", "deepseek_v3"):
         skel = load_skeleton(f"tiny:{arch}")
@@ -147,8 +147,8 @@ def test_the_skeleton_has_the_full_targets_fingerprint_without_its_layers():
 
 
 def test_resume_with_another_engine_is_refused(tmp_path):
-    from support.cli import run_cli
-    from support.tinydata import build_tiny_dataset
+    from eaglewire_testing.cli import run_cli
+    from eaglewire_testing.tinydata import build_tiny_dataset
 
     ds = build_tiny_dataset(tmp_path, n=4, max_new_tokens=8)
     r = run_cli("data", "extract", ds, "--resume", "--engine", "vllm")
@@ -156,7 +156,7 @@ def test_resume_with_another_engine_is_refused(tmp_path):
 
 
 def test_print_command_is_the_upstream_connector_with_parallel_flags(tmp_path):
-    from support.cli import run_cli
+    from eaglewire_testing.cli import run_cli
 
     r = run_cli("data", "extract", tmp_path, "--target", "tiny:llama", "--engine", "vllm", "--print-command",
                 "--tensor-parallel-size", "8", "--engine-args", "--enable-expert-parallel")

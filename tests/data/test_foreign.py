@@ -8,9 +8,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from eaglewire.data.config import DataImportConfig
 from eaglewire.data.dataset import FeatureDataset
 from eaglewire.data.foreign import run_data_import
-from eaglewire.data.options import DataImportConfig
 from eaglewire.infra.errors import EaglewireError
 
 H, P, N = 64, 3, 5
@@ -77,7 +77,7 @@ def test_speculators_without_target_keeps_prenorm_and_says_so(tmp_path):
 
 
 def test_speculators_with_target_applies_final_norm(tmp_path):
-    from eaglewire.target.load import load_target
+    from eaglewire.targets.load import load_target
 
     data = _speculators_dir(tmp_path / "sp")
     r = run_data_import(DataImportConfig(src=tmp_path / "sp", out=tmp_path / "ds", all_loss=True, target="tiny:llama",

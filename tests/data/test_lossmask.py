@@ -4,8 +4,9 @@ import pytest
 
 from conftest import ARCHS
 from eaglewire.data import lossmask
-from eaglewire.data.lossmask import render, render_with_mask
+from eaglewire.data.lossmask import render_with_mask
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.chat import render
 
 # Written out by hand (not derived from the code under test).
 END_OF_TURN = {

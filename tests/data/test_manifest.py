@@ -6,7 +6,7 @@ import pytest
 
 from eaglewire.data.manifest import MANIFEST, Manifest
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.points import Point
+from eaglewire.targets.points import Point
 
 # A manifest as eaglewire 0.2 wrote it before the typed record (trimmed to two shards'
 # worth of fields, values as written): every key must still read, and survive a rewrite.

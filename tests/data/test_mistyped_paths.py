@@ -3,7 +3,7 @@
 import pytest
 
 from eaglewire.infra.errors import EaglewireError
-from support.cli import run_cli
+from eaglewire_testing.cli import run_cli
 
 
 @pytest.fixture
@@ -14,9 +14,9 @@ def runs(tmp_path, monkeypatch):
 
 
 def test_every_reader_says_the_directory_does_not_exist(runs):
+    from eaglewire.data.config import DataExtractConfig, DataVocabConfig
     from eaglewire.data.dataset import FeatureDataset
     from eaglewire.data.manifest import Manifest
-    from eaglewire.data.options import DataExtractConfig, DataVocabConfig
     from eaglewire.data.pipeline import run_extract, run_vocab
 
     want = f"dataset directory {runs / 'dta'} does not exist (did you mean {runs / 'data'}?)"

@@ -7,9 +7,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eaglewire.data.prompts import load_prompts, prompt_turns
+from eaglewire.data.prompt_files import load_prompts
+from eaglewire.data.prompts import prompt_turns
 from eaglewire.infra.errors import EaglewireError
-from support.hubcache import cache_repo
+from eaglewire_testing.hubcache import cache_repo
 
 SHAREGPT = [
     {"id": "a", "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]},

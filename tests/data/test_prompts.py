@@ -4,13 +4,8 @@ import json
 
 import pytest
 
-from eaglewire.data.prompts import (
-    Conversation,
-    dedupe,
-    load_prompts,
-    prompt_turns,
-    self_prompts,
-)
+from eaglewire.data.prompt_files import load_prompts
+from eaglewire.data.prompts import Conversation, dedupe, prompt_turns, self_prompts
 from eaglewire.infra.errors import EaglewireError
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from eaglewire.data.options import DataExtractConfig, DataGenerateConfig
+from eaglewire.data.config import DataExtractConfig, DataGenerateConfig
 from eaglewire.data.pipeline import run_extract, run_generate
 from eaglewire.infra.errors import EaglewireError
 
@@ -67,7 +67,7 @@ def test_unmerged_rank_shards_are_not_left_behind_by_a_single_process_resume(ans
 
 
 def test_online_training_refuses_another_targets_answers(answers, tmp_path):
-    from eaglewire.training.cli import TrainConfig
+    from eaglewire.training.config import TrainConfig
     from eaglewire.training.loop import run_train
 
     out, _ = answers

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from eaglewire.target.load import resolve_target_dir
-from support.cli import run_cli
-from support.serve import free_port, transformers_server
+from eaglewire.targets.load import resolve_target_dir
+from eaglewire_testing.cli import run_cli
+from eaglewire_testing.serve import free_port, transformers_server
+
+pytestmark = pytest.mark.integration  # a real `transformers serve`
 
 N_PROMPTS, NEW_TOKENS = 6, 8
 
@@ -176,7 +178,7 @@ QWEN3_LIKE = (
 def test_reasoning_is_kept_where_the_template_renders_it_and_trained_on(msg):
     from eaglewire.data.lossmask import render_with_mask
     from eaglewire.data.server import assistant_message, template_renders_reasoning
-    from eaglewire.target.load import load_tokenizer
+    from eaglewire.targets.load import load_tokenizer
 
     tok = load_tokenizer("tiny:llama")
     assert not template_renders_reasoning(tok)

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from support import chat_faults
-from support.cli import run_cli
+from eaglewire_testing import chat_faults
+from eaglewire_testing.cli import run_cli
 
 GOOD, _reply = chat_faults.GOOD, chat_faults.reply
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 
+from eaglewire.data.heldout import heldout_prompts_path
 from eaglewire.data.prompts import Conversation, drop_heldout
 from eaglewire.data.topic_prompts import TEMPLATES, topic_prompts
-from eaglewire.decoding.cli import heldout_prompts_path
 
 
 def _words(s: str) -> set[str]:
@@ -62,14 +62,14 @@ def test_drop_heldout_agrees_with_a_naive_jaccard():
 
 
 def test_generated_prompts_never_restate_a_heldout_prompt_but_a_users_file_is_kept(tmp_path, monkeypatch):
-    import eaglewire.data.topic_prompts as tp
+    import eaglewire.data.pipeline as pipeline
+    from eaglewire.data.config import DataGenerateConfig
     from eaglewire.data.jsonl import read_jsonl
-    from eaglewire.data.options import DataGenerateConfig
     from eaglewire.data.pipeline import _collect_prompts
 
     held = _heldout()[5]["prompt"]
     fresh = Conversation([{"role": "user", "content": "List three uses of a paperclip."}])
-    monkeypatch.setattr(tp, "topic_prompts", lambda n, seed: [Conversation([{"role": "user", "content": held}]), fresh])
+    monkeypatch.setattr(pipeline, "topic_prompts", lambda n, seed: [Conversation([{"role": "user", "content": held}]), fresh])
     mine = tmp_path / "mine.jsonl"
     mine.write_text(json.dumps({"prompt": _heldout()[9]["prompt"]}) + "\n")
     cfg = DataGenerateConfig(out=tmp_path / "d", prompts=mine, topic_prompts=2)

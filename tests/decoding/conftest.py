@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-from eaglewire.target.points import FINAL_NORM, eagle3_default
+from eaglewire.targets.points import FINAL_NORM, eagle3_default
 
 ARCHS = ["llama", "qwen3", "mistral", "deepseek_v3"]
 PROMPTS = [
@@ -63,9 +63,9 @@ def train_drafter(target, steps: int = 80, seed: int = 0, n_prompts: int = 8):
 
     A fixed number of steps, not a time budget: a slower machine must get the same drafter.
     """
-    from eaglewire.data.lossmask import encode, render
     from eaglewire.drafter.ttt import ttt_forward
-    from eaglewire.target.capture import capturing
+    from eaglewire.targets.capture import capturing
+    from eaglewire.targets.chat import encode, render
 
     tok = target.tokenizer
     seqs, masks = [], []

@@ -10,11 +10,11 @@ from typer.testing import CliRunner
 from conftest import random_drafter
 from eaglewire.cli import app
 from eaglewire.decoding.compat import load_drafter_for
-from eaglewire.drafter.checkpoint import save_checkpoint
+from eaglewire.export.checkpoint import save_checkpoint
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.fingerprint import TargetFingerprint, chat_template_hash
-from eaglewire.target.points import eagle3_default
-from support.export_helpers import provenance
+from eaglewire.targets.fingerprint import TargetFingerprint, chat_template_hash
+from eaglewire.targets.points import eagle3_default
+from eaglewire_testing.export_helpers import provenance
 
 
 @pytest.fixture(scope="module")
@@ -91,12 +91,12 @@ def test_bench_cli(tiny_targets, llama_ckpt, tmp_path):
 
 
 def test_round_robin_spans_every_category():
-    from eaglewire.decoding.cli import _round_robin
+    from eaglewire.decoding.run import round_robin
 
     cats = ["a", "a", "a", "b", "b", "c"]
-    assert _round_robin(3, cats) == [0, 3, 5]
-    assert _round_robin(4, cats) == [0, 1, 3, 5]
-    assert _round_robin(10, cats) == list(range(6))
+    assert round_robin(3, cats) == [0, 3, 5]
+    assert round_robin(4, cats) == [0, 1, 3, 5]
+    assert round_robin(10, cats) == list(range(6))
 
 
 def test_auto_shape_picks_the_fastest_measured_shape(tiny_targets, llama_ckpt):
@@ -116,7 +116,7 @@ def test_auto_shape_picks_the_fastest_measured_shape(tiny_targets, llama_ckpt):
 
 def test_generate_defaults_to_the_drafters_target_and_says_when_rounds_went_undrafted(tiny_drafter):
     """No --target: the drafter's recorded target (tiny:llama), not `default` and a fingerprint refusal."""
-    from support.cli import run_cli
+    from eaglewire_testing.cli import run_cli
 
     ckpt, _ = tiny_drafter
     r = run_cli("generate", "--drafter", ckpt, "--prompt", "Tell me about the sea.", "--max-new-tokens", 12,
@@ -128,20 +128,20 @@ def test_generate_defaults_to_the_drafters_target_and_says_when_rounds_went_undr
 
 
 def test_a_non_string_category_is_one_line(tmp_path):
-    from eaglewire.decoding.cli import _categories
+    from eaglewire.decoding.run import prompt_categories
     from eaglewire.infra.errors import EaglewireError
 
     p = tmp_path / "p.jsonl"
     p.write_text('{"prompt": "a", "category": "math"}\n{"prompt": "b", "category": ["x", "y"]}\n')
     with pytest.raises(EaglewireError, match=r"p.jsonl:2: category \['x', 'y'\]: expected a string"):
-        _categories(p, 2)
+        prompt_categories(p, 2)
 
 
 @pytest.mark.parametrize("content", [b"garbage{", b"[1, 2]", b'{"format": "eaglewire-drafter", "version": 1, "points": 5}'])
 def test_a_garbage_provenance_is_one_line(llama_ckpt, tmp_path, content):
     import shutil
 
-    from support.cli import run_cli
+    from eaglewire_testing.cli import run_cli
 
     bad = tmp_path / "bad"
     shutil.copytree(llama_ckpt, bad)

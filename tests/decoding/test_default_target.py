@@ -6,7 +6,7 @@ import pytest
 
 from conftest import greedy_reference, random_drafter
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
-from eaglewire.target.points import eagle3_default
+from eaglewire.targets.points import eagle3_default
 
 
 @pytest.mark.slow

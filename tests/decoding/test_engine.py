@@ -10,7 +10,7 @@ from eaglewire.decoding.engine import SpecConfig, SpecEngine
 from eaglewire.decoding.target_runner import TargetRunner
 from eaglewire.decoding.tree import DraftTree
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.points import eagle3_default
+from eaglewire.targets.points import eagle3_default
 
 MAX_NEW = 24
 
@@ -227,7 +227,7 @@ def test_min_prob_greedy_exact_and_gated(tiny_targets, trained_drafters):
 
 def test_min_prob_default_follows_the_device(tiny_targets, trained_drafters):
     """No --min-prob: 0.1 on CPU (a wide verify costs more than a decode step), 0 on CUDA."""
-    from eaglewire.decoding.cli import BenchConfig
+    from eaglewire.decoding.config import BenchConfig
     from eaglewire.decoding.engine import default_min_prob
     from eaglewire.infra.options import config_from_dict
 

@@ -10,7 +10,7 @@ from conftest import ARCHS, PROMPTS, greedy_reference, random_drafter
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
 from eaglewire.decoding.lookup import merge_branch, propose
 from eaglewire.decoding.tree import DraftTree
-from eaglewire.target.points import eagle3_default
+from eaglewire.targets.points import eagle3_default
 
 
 def _naive_propose(ctx, k, nmax=4, nmin=2):

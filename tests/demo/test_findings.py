@@ -1,4 +1,4 @@
-"""What the demo report tells a newcomer, checked against made-up runs (tests/support/demo_data.py).
+"""What the demo report tells a newcomer, checked against made-up runs (src/eaglewire_testing/demo_data.py).
 
 The verdict comes first and follows from the data; the chart has one baseline;
 a happy path shows no WARN; every deployment check names a directory of the run.
@@ -8,7 +8,7 @@ import re
 
 from eaglewire.decoding.bench import _median, plot_speed
 from eaglewire.demo.findings import doctor_rows, verdict_line
-from support.demo_data import TPS, check, synthetic_bench, synthetic_log
+from eaglewire_testing.demo_data import TPS, check, synthetic_bench, synthetic_log
 
 
 def _expected_speedup(name: str) -> tuple[float, float, float]:

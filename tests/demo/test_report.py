@@ -4,7 +4,9 @@ import json
 import shutil
 import subprocess
 
-from support.ci import cannot_run
+import pytest
+
+from eaglewire_testing.ci import cannot_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -20,6 +22,7 @@ def test_report_markdown_and_html_content(make_run):
     assert (run / "speed.png").stat().st_size > 5_000 and (run / "training.png").stat().st_size > 5_000
 
 
+@pytest.mark.integration  # a real browser renders the report
 def test_report_renders_in_headless_chromium(make_run, tmp_path):
     from PIL import Image
 
@@ -66,7 +69,8 @@ def test_demo_doctor_checks_the_exports_without_a_warning(tiny_drafter, tmp_path
     import shutil
 
     from eaglewire.demo.commands import demo_steps
-    from eaglewire.demo.run import PRESETS, DemoConfig, _doctor
+    from eaglewire.demo.config import PRESETS, DemoConfig
+    from eaglewire.demo.run import _doctor
 
     ckpt, data = tiny_drafter
     run = tmp_path / "run"

@@ -6,15 +6,15 @@ import torch
 
 from eaglewire.data.dataset import FeatureDataset, collate
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
-from eaglewire.doctor.drafter import (
+from eaglewire.doctor.acceptance import (
     bootstrap_interval,
     chain_stats,
     decode_rounds,
     round_masks,
     unroll_predictions,
 )
-from eaglewire.drafter.checkpoint import load_checkpoint
-from eaglewire.target.points import parse_points
+from eaglewire.export.checkpoint import load_checkpoint
+from eaglewire.targets.points import parse_points
 
 
 def _naive_rounds(run: list[int], start: list[bool]) -> list[int]:

@@ -12,10 +12,10 @@ import torch
 from eaglewire.doctor.dataset import doctor_dataset
 from eaglewire.doctor.drafter import doctor_drafter
 from eaglewire.doctor.engine_config import doctor_config
-from eaglewire.drafter.checkpoint import load_checkpoint, read_provenance
+from eaglewire.export.checkpoint import load_checkpoint, read_provenance
 from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.fingerprint import chat_template_hash
+from eaglewire.targets.fingerprint import chat_template_hash
 
 L = 8  # tiny targets
 
@@ -215,9 +215,9 @@ def test_dataset_doctor_checks_shards_and_fingerprint(tiny_drafter, tiny_targets
 def test_rope_and_norm_fields_are_checked_against_training(tiny_drafter, tmp_path, fmt):
     """Fields no weight shape reveals: an export passes; an edited rope base, a dropped eps (the
     engine's default 1e-6 then applies) or flipped norm placement each fail with the value to set."""
-    from eaglewire.doctor.cli import trained_model_config
+    from eaglewire.doctor.records import trained_model_config
+    from eaglewire.export.config import ExportConfig
     from eaglewire.export.exporter import run_export
-    from eaglewire.export.options import ExportConfig
 
     ckpt, _ = tiny_drafter
     trained = read_provenance(ckpt).point_names
@@ -274,7 +274,7 @@ def test_offline_rounds_are_replayed_like_a_greedy_server():
     """Rounds start at the first answer position and hop over what was accepted plus the bonus token."""
     import torch
 
-    from eaglewire.doctor.drafter import decode_rounds
+    from eaglewire.doctor.acceptance import decode_rounds
     from eaglewire.doctor.live import Acceptance
 
     acc = Acceptance(accepted_per_pos=[0, 0])

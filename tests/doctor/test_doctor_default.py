@@ -8,9 +8,9 @@ from eaglewire.data.extract import ExtractSettings, extract
 from eaglewire.doctor.dataset import doctor_dataset
 from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-from eaglewire.drafter.checkpoint import save_checkpoint
+from eaglewire.export.checkpoint import save_checkpoint
 from eaglewire.infra.atomic import write_json_atomic
-from support.export_helpers import provenance
+from eaglewire_testing.export_helpers import provenance
 
 pytestmark = pytest.mark.slow
 TRAINED = ["layers.2.out", "layers.15.out", "layers.27.out"]  # the example triple

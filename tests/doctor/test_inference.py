@@ -1,8 +1,8 @@
 """doctor online: our engine's inference features equal training features; a shifted wiring is named."""
 
 from eaglewire.doctor.inference import doctor_online
-from eaglewire.drafter.checkpoint import load_checkpoint
-from eaglewire.target.points import points_from_ids
+from eaglewire.export.checkpoint import load_checkpoint
+from eaglewire.targets.points import points_from_ids
 
 
 def test_online_correct_wiring_is_clean(tiny_drafter, tiny_targets):

@@ -12,12 +12,14 @@ import shutil
 import pytest
 import typer
 
-from eaglewire.doctor.cli import DoctorEngineConfig, run_config, trained_model_config
+from eaglewire.doctor.cli import run_config
+from eaglewire.doctor.config import DoctorEngineConfig
 from eaglewire.doctor.engine_config import doctor_config
-from eaglewire.drafter.checkpoint import read_provenance
+from eaglewire.doctor.records import trained_model_config
+from eaglewire.export.checkpoint import read_provenance
+from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
-from eaglewire.export.options import ExportConfig
-from support.export_helpers import L, make_ckpt
+from eaglewire_testing.export_helpers import L, make_ckpt
 
 
 def _cli_config(capsys, **kw) -> dict:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglewire.data.options import DataExtractConfig
+from eaglewire.data.config import DataExtractConfig
 from eaglewire.data.pipeline import run_extract
 from eaglewire.doctor.dataset import UNIT_ROUNDOFF, doctor_dataset, match_tolerance
 from eaglewire.infra.checksums import file_sha256
@@ -23,7 +23,7 @@ from eaglewire.infra.checksums import file_sha256
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
     """One tiny dataset per storage dtype (same prompts, same target)."""
-    from support.tinydata import build_tiny_dataset
+    from eaglewire_testing.tinydata import build_tiny_dataset
 
     return {dt: build_tiny_dataset(tmp_path_factory.mktemp(f"tol-{dt}"), n=8, max_new_tokens=16, store_dtype=dt)
             for dt in ("fp32", "fp16", "bf16")}

@@ -7,7 +7,7 @@ import torch
 from transformers import LlamaConfig, Qwen3Config
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter, causal_mask
-from support.drafters import drafter_config
+from eaglewire_testing.drafters import drafter_config
 
 
 def tiny_config(**overrides) -> DrafterConfig:

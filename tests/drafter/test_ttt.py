@@ -14,8 +14,8 @@ from eaglewire.drafter import (
     ttt_forward_naive,
 )
 from eaglewire.drafter import ttt as ttt_mod
-from support.drafters import V, make_batch, make_model
-from support.ttt_blockmask import ttt_forward_blockmask
+from eaglewire_testing.drafters import V, make_batch, make_model
+from eaglewire_testing.ttt_blockmask import ttt_forward_blockmask
 
 
 def _grads(model, out):

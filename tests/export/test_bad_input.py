@@ -8,12 +8,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglewire.drafter.checkpoint import load_checkpoint
+from eaglewire.export.checkpoint import load_checkpoint
+from eaglewire.export.config import ExportConfig, ImportConfig
 from eaglewire.export.exporter import run_export
 from eaglewire.export.importer import run_import
-from eaglewire.export.options import ExportConfig, ImportConfig
 from eaglewire.infra.errors import EaglewireError
-from support.export_helpers import L, draft_logits, make_ckpt
+from eaglewire_testing.export_helpers import L, draft_logits, make_ckpt
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_official_pickle_without_embedding_needs_target(tmp_path):
     assert any("copied from target" in s for s in res["inferred"])
     m2, prov = load_checkpoint(tmp_path / "imp2")
     assert prov.num_layers == 8 and not prov.fingerprint.unknown and prov.imported["weights"] == "pytorch_model.bin"
-    from eaglewire.target.load import load_target
+    from eaglewire.targets.load import load_target
 
     emb = load_target("tiny:llama").model.get_input_embeddings().weight
     assert torch.equal(m2.embed_tokens.weight, emb.float())
@@ -186,7 +186,7 @@ def test_import_of_a_garbage_config_is_one_line(exported, tmp_path, content, msg
 @pytest.mark.parametrize("kind", ["garbage", "directory", "symlink-loop"])
 def test_doctor_config_on_unreadable_weights_is_a_verdict(exported, kind):
     from eaglewire.doctor.engine_config import doctor_config
-    from support.export_helpers import break_weights
+    from eaglewire_testing.export_helpers import break_weights
 
     d, _ = exported
     break_weights(d / "model.safetensors", kind)

@@ -1,7 +1,7 @@
-"""Our id rules (`eaglewire.target.points`) against the engines' own code, executed at pinned versions.
+"""Our id rules (`eaglewire.targets.points`) against the engines' own code, executed at pinned versions.
 
 The engines' methods are compiled from the wheels' source files and run on stub
-models (tests/support/engine_code.py says how and why). For SGLang two steps
+models (src/eaglewire_testing/engine_code.py says how and why). For SGLang two steps
 decide what a drafter is fed:
 
 1. `set_eagle3_layers_to_capture(ids)` on the target class (all 29 model files
@@ -15,7 +15,7 @@ in `LlamaModel.forward` (`_maybe_add_hidden_state(idx + 1, hidden + residual)`),
 and which config key the runner reads the ids from.
 
 A changed rule in a newer release makes these tests fail: bump `PINNED` in
-eaglewire/target/points.py and they run against that release.
+eaglewire/targets/points.py and they run against that release.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import pytest
 
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.points import (
+from eaglewire.targets.points import (
     EMBED,
     PINNED,
     SGLANG_FIRST_ID_ARCHS,
@@ -40,7 +40,7 @@ from eaglewire.target.points import (
     layer_out,
     points_from_ids,
 )
-from support.engine_code import (
+from eaglewire_testing.engine_code import (
     BUILT_INDIRECTLY,
     SET_LAYERS,
     Outside,
@@ -53,6 +53,8 @@ from support.engine_code import (
     sources,
     wheel,
 )
+
+pytestmark = pytest.mark.integration  # SGLang's and vLLM's own code, from their wheels
 
 L = 61  # Kimi-K2.5 / DeepSeek-V3 depth
 # Model classes whose forward runs on stub layers here (the rest route the hook through

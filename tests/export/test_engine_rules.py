@@ -43,10 +43,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
-from eaglewire.export.options import ExportConfig
-from eaglewire.target.points import ids_for_points, parse_points
-from support.export_helpers import VERIFIER, L, make_ckpt
+from eaglewire.targets.points import ids_for_points, parse_points
+from eaglewire_testing.export_helpers import VERIFIER, L, make_ckpt
 
 _STACK = [(".qkv_proj", ".q_proj"), (".qkv_proj", ".k_proj"), (".qkv_proj", ".v_proj"),
           (".gate_up_proj", ".gate_proj"), (".gate_up_proj", ".up_proj")]

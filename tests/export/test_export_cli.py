@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from support.export_helpers import make_ckpt
+from eaglewire_testing.export_helpers import make_ckpt
 
 
 def _run(*args):

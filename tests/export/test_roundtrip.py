@@ -7,13 +7,13 @@ import json
 import pytest
 import torch
 
-from eaglewire.drafter.checkpoint import load_checkpoint, read_provenance
+from eaglewire.export.checkpoint import load_checkpoint, read_provenance
+from eaglewire.export.config import ExportConfig, ImportConfig
 from eaglewire.export.exporter import run_export
 from eaglewire.export.importer import run_import
-from eaglewire.export.options import ExportConfig, ImportConfig
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.points import ids_for_points, parse_points
-from support.export_helpers import VERIFIER, L, draft_logits, make_ckpt
+from eaglewire.targets.points import ids_for_points, parse_points
+from eaglewire_testing.export_helpers import VERIFIER, L, draft_logits, make_ckpt
 
 FORMATS = ["sglang", "vllm", "speculators", "eagle"]
 
@@ -101,9 +101,9 @@ def test_sglang_default_export_has_no_version_warning(tmp_path):
 def test_sglang_export_for_a_deepseek_target_follows_the_version(tmp_path):
     """The same trained points get other ids for SGLang 0.5.23 on a DeepSeek-family target, and the
     export says how older versions would read them; an id list no version reads right is refused."""
-    from eaglewire.drafter.checkpoint import save_checkpoint
-    from eaglewire.target.points import layer_out
-    from support.export_helpers import make_drafter, provenance
+    from eaglewire.export.checkpoint import save_checkpoint
+    from eaglewire.targets.points import layer_out
+    from eaglewire_testing.export_helpers import make_drafter, provenance
 
     def ckpt(d, pts):
         save_checkpoint(d, make_drafter(), provenance(pts, L, "deepseek_v3"))
@@ -120,8 +120,8 @@ def test_sglang_export_for_a_deepseek_target_follows_the_version(tmp_path):
         run_export(ExportConfig(ckpt=bad, format="sglang", out=tmp_path / "b"))
     assert run_export(ExportConfig(ckpt=bad, format="sglang", out=tmp_path / "b2", engine_version="0.5.12"))["ids"] == [0, 4, 5]
     # checked with no --engine, each export is read by the engine version it was written for: both pass
-    from eaglewire.doctor.cli import exported_for
     from eaglewire.doctor.engine_config import doctor_config
+    from eaglewire.doctor.records import exported_for
 
     assert exported_for(tmp_path / "old") == "sglang==0.5.12" and exported_for(tmp_path / "new") == "sglang"
     for d in ("old", "new"):

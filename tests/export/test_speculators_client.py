@@ -1,7 +1,7 @@
 """Real client: our speculators export loaded by speculators 0.9.0's own Eagle3DraftModel.
 
 The package pins transformers<=5.19, so it runs in a separate venv under the
-eaglewire cache (tests/support/speculators_venv.py, built once, reused). The
+eaglewire cache (src/eaglewire_testing/speculators_venv.py, built once, reused). The
 test skips only when that venv cannot be built (no package index reachable), and fails
 instead under CI=true.
 """
@@ -15,12 +15,14 @@ import torch
 from safetensors.torch import save_file
 
 from eaglewire.drafter import causal_mask
+from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
-from eaglewire.export.options import ExportConfig
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.points import parse_points
-from support.ci import cannot_run
-from support.export_helpers import L, make_ckpt
+from eaglewire.targets.points import parse_points
+from eaglewire_testing.ci import cannot_run
+from eaglewire_testing.export_helpers import L, make_ckpt
+
+pytestmark = pytest.mark.integration  # speculators' own code, in its pinned venv
 
 
 def _verifier_stub(d, m):
@@ -53,7 +55,7 @@ def _ours(m, feats, ids):
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["default", "custom_2layer_fcnorm"])
 def test_speculators_loads_export_and_matches_logits(tmp_path, variant):
-    from support.speculators_venv import speculators_logits
+    from eaglewire_testing.speculators_venv import speculators_logits
 
     kw, pts = {}, None
     if variant != "default":

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from eaglewire.drafter.checkpoint import load_checkpoint, save_checkpoint
+from eaglewire.export.checkpoint import load_checkpoint, save_checkpoint
+from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
-from eaglewire.export.options import ExportConfig
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.load import resolve_target_dir
-from support.export_helpers import make_ckpt
+from eaglewire.targets.load import resolve_target_dir
+from eaglewire_testing.export_helpers import make_ckpt
 
 
 def _with_source(ck, source):
@@ -41,7 +41,7 @@ def test_recorded_local_target_becomes_its_directory(tmp_path):
 
 
 def test_recorded_hub_id_stays_an_id_and_the_flag_wins(tmp_path, monkeypatch):
-    from support.hubcache import cache_repo
+    from eaglewire_testing.hubcache import cache_repo
 
     ck, _ = make_ckpt(tmp_path / "ck")
     _with_source(ck, "meta-llama/Llama-3.1-8B-Instruct")

@@ -45,7 +45,7 @@ def test_reentrant_in_one_process(tmp_path):
 
 
 def test_data_commands_take_the_lock(tmp_path):
-    from eaglewire.data.options import DataGenerateConfig
+    from eaglewire.data.config import DataGenerateConfig
     from eaglewire.data.pipeline import run_generate
 
     prompts = tmp_path / "p.jsonl"

@@ -15,7 +15,8 @@ import torch
 from typer.testing import CliRunner
 
 from eaglewire.cli import app
-from eaglewire.plan.estimate import PlanConfig, disk_estimate, plan
+from eaglewire.plan.config import PlanConfig
+from eaglewire.plan.estimate import disk_estimate, plan
 
 
 def _plan(*args) -> dict:
@@ -26,7 +27,7 @@ def _plan(*args) -> dict:
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_disk_estimate_matches_real_shard_bytes(dtype, tmp_path):
-    from support.tinydata import build_tiny_dataset
+    from eaglewire_testing.tinydata import build_tiny_dataset
 
     d = build_tiny_dataset(tmp_path, n=24, max_new_tokens=24, store_dtype=dtype)  # 3 shards of 8 samples
     man = json.loads((d / "manifest.json").read_text())

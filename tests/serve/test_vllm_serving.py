@@ -13,7 +13,9 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
+from eaglewire_testing.serve import VLLM_TEST_ARGS
+
+pytestmark = pytest.mark.integration  # a real vLLM serving our drafter
 EW = [sys.executable, "-m", "eaglewire.cli"]
 
 
@@ -22,11 +24,11 @@ def served_run(tmp_path_factory):
     """(run dir, target dir, engine) for a drafter trained on a vLLM-servable tiny target."""
     from eaglewire.decoding.compat import load_drafter_for
     from eaglewire.decoding.engine import SpecEngine
-    from eaglewire.target.load import load_target
-    from eaglewire.target.tiny import build_tiny
-    from eaglewire.training.cli import TrainConfig
+    from eaglewire.targets.load import load_target
+    from eaglewire.targets.tiny import build_tiny
+    from eaglewire.training.config import TrainConfig
     from eaglewire.training.loop import run_train
-    from support.tinydata import build_tiny_dataset
+    from eaglewire_testing.tinydata import build_tiny_dataset
 
     root = tmp_path_factory.mktemp("served")
     target = build_tiny("llama", root / "target", num_attention_heads=2, num_key_value_heads=1, head_dim=32)
@@ -39,14 +41,15 @@ def served_run(tmp_path_factory):
 
 
 def _prompts(engine, n=6):
-    from eaglewire.decoding.cli import encode_prompt_file, heldout_prompts_path
+    from eaglewire.data.heldout import heldout_prompts_path
+    from eaglewire.decoding.run import encode_prompt_file
 
     return encode_prompt_file(engine, heldout_prompts_path(), n)[0]
 
 
 def _export(run, out, ids=None):
+    from eaglewire.export.config import ExportConfig
     from eaglewire.export.exporter import run_export
-    from eaglewire.export.options import ExportConfig
 
     run_export(ExportConfig(ckpt=run / "drafter", format="vllm", out=out))
     if ids is not None:  # wire the served slots to other layers than training captured
@@ -57,10 +60,10 @@ def _export(run, out, ids=None):
 
 
 def _server(vllm_python, target, drafter_dir, depth, log):
-    from eaglewire.serve.vllm_server import ServeSpec, VllmServer, free_port
+    from eaglewire.engines.vllm_server import ServeSpec, VllmServer, free_port
 
     spec = ServeSpec(target_dir=target, drafter_dir=drafter_dir, depth=depth, port=free_port(), dtype="float32",
-                     max_model_len=512, memory_fraction=0.3)
+                     max_model_len=512, memory_fraction=0.3, extra=VLLM_TEST_ARGS)
     return VllmServer(vllm_python, spec, log).start(timeout=600)
 
 
@@ -94,9 +97,10 @@ def test_served_acceptance_equals_ours_per_position(vllm_python, served_run, tmp
 
 
 def test_serve_command_exports_starts_and_checks(vllm_python, served_run, tmp_path):
-    """`eaglewire serve --check-only`: export with the provenance's ids, start vLLM, doctor live before 'ready'."""
+    """`eaglewire serve --check-only`: export with the provenance's ids, start vLLM (compiled, as a user runs it),
+    doctor live before 'ready'."""
     run, target, _ = served_run
-    from eaglewire.serve.vllm_server import free_port
+    from eaglewire.engines.vllm_server import free_port
 
     r = subprocess.run([*EW, "serve", str(run), "--target", str(target), "--depth", "3", "--port", str(free_port()),
                         "--max-model-len", "512", "--check-prompts", "6", "--max-new-tokens", "48", "--check-only",

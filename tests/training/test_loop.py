@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
-from eaglewire.drafter.checkpoint import load_checkpoint
+from eaglewire.export.checkpoint import load_checkpoint
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.training.cli import TrainConfig
+from eaglewire.training.config import TrainConfig
 from eaglewire.training.loop import run_train
 
 
@@ -52,10 +52,15 @@ def _train_cmd(data, out, extra=()):
 
 
 def test_killed_run_resumes_on_the_same_trajectory(tiny_dataset, tmp_path):
+    """Reference and killed run are the same command with one thread each: the float order is the same
+    on both sides, so any difference is the resume's (a skipped or repeated batch, a lost optimizer or
+    RNG state moves the loss by orders of magnitude more than the tolerance), never thread noise."""
+    one_thread = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     ref = tmp_path / "ref"
-    run_train(_cfg(tiny_dataset, ref, max_steps=12))
+    r = subprocess.run(_train_cmd(tiny_dataset, ref), capture_output=True, text=True, timeout=300, env=one_thread)
+    assert r.returncode == 0, r.stderr[-2000:]
     out = tmp_path / "killed"
-    p = subprocess.Popen(_train_cmd(tiny_dataset, out), env=dict(os.environ, EAGLEWIRE_STEP_DELAY="0.5"),
+    p = subprocess.Popen(_train_cmd(tiny_dataset, out), env=dict(one_thread, EAGLEWIRE_STEP_DELAY="0.5"),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -68,7 +73,8 @@ def test_killed_run_resumes_on_the_same_trajectory(tiny_dataset, tmp_path):
     killed_at = json.loads((out / "state" / "meta.json").read_text())["step"]
     assert 6 <= killed_at < 12, f"killed at step {killed_at}: the test must kill mid-run, after step 6"
     assert p.returncode == -signal.SIGKILL and not (out / "drafter").exists()
-    r = subprocess.run(_train_cmd(tiny_dataset, out, ["--resume"]), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(_train_cmd(tiny_dataset, out, ["--resume"]), capture_output=True, text=True, timeout=300,
+                       env=one_thread)
     assert r.returncode == 0, r.stderr
     a, b = _rows(ref), _rows(out)
     assert [x["step"] for x in a] == [x["step"] for x in b]
@@ -228,8 +234,8 @@ def test_fc_mix_gives_every_slot_its_share_at_init(tiny_dataset):
 
     from eaglewire.data.dataset import FeatureDataset
     from eaglewire.data.manifest import Manifest
-    from eaglewire.target.load import load_target
-    from eaglewire.training.cli import TrainConfig
+    from eaglewire.targets.load import load_target
+    from eaglewire.training.config import TrainConfig
     from eaglewire.training.loop import build_drafter
 
     ds = FeatureDataset(tiny_dataset, verify=False)

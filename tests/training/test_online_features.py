@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.drafter.checkpoint import load_checkpoint
+from eaglewire.export.checkpoint import load_checkpoint
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.training.cli import TrainConfig
+from eaglewire.training.config import TrainConfig
 from eaglewire.training.loop import run_train
 
 STEPS = 6
@@ -67,7 +67,7 @@ def _same_weights(da, db, atol=2e-5):
 
 
 def test_online_samples_are_the_extracted_samples(tiny_dataset, responses_only):
-    from eaglewire.target.load import load_target
+    from eaglewire.targets.load import load_target
     from eaglewire.training.online_features import OnlineDataset, read_responses
 
     off = FeatureDataset(tiny_dataset, max_len=96)
@@ -103,7 +103,7 @@ def test_online_training_follows_offline_training(tiny_dataset, responses_only, 
 
 
 def test_online_bf16_store_dtype_rounds_as_extraction(tiny_dataset, responses_only, tmp_path):
-    from eaglewire.data.options import DataExtractConfig, DataVocabConfig
+    from eaglewire.data.config import DataExtractConfig, DataVocabConfig
     from eaglewire.data.pipeline import run_extract, run_vocab
 
     bf = tmp_path / "bf16"

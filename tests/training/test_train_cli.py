@@ -7,7 +7,8 @@ import sys
 import pytest
 
 import eaglewire.training.loop as loop
-from eaglewire.training.cli import TrainConfig, run
+from eaglewire.training.cli import run
+from eaglewire.training.config import TrainConfig
 
 RES = {"drafter": "r/drafter", "steps": 3, "validation": {"loss": 1.25, "acc": [0.5, 0.25]}}
 

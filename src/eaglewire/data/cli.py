@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from eaglewire.data.options import (
+from eaglewire.data.config import (
     DataBuildConfig,
     DataExtractConfig,
     DataGenerateConfig,
@@ -12,7 +12,6 @@ from eaglewire.data.options import (
     DataInfoConfig,
     DataVocabConfig,
 )
-from eaglewire.data.pipeline import info, run_build, run_extract, run_generate, run_vocab
 from eaglewire.infra.options import build_command
 from eaglewire.infra.output import emit, to_json
 from eaglewire.infra.ranks import is_main
@@ -50,28 +49,34 @@ def _data_import(cfg: DataImportConfig) -> None:
 def register(app: typer.Typer) -> None:
     data = typer.Typer(no_args_is_help=True, help="Build training data: prompts -> target responses -> features -> draft vocab.")
 
-    def out(fn):
+    def out(name: str):
         def run(cfg):
-            res = fn(cfg)
+            from eaglewire.data import pipeline  # lazy: the stages load torch, `--help` must not
+
+            res = getattr(pipeline, name)(cfg)
             if not is_main():  # under torchrun one rank reports the job's (summed) result
                 return
             d = getattr(cfg, "out", None) or cfg.data
-            emit(res, cfg.json, _print if fn is run_generate else lambda _: _human_info(info(d, verify=False)))
+            emit(res, cfg.json, _print if name == "run_generate" else lambda _: _human_info(pipeline.info(d, verify=False)))
         return run
 
-    build_command(data, "generate", DataGenerateConfig, out(run_generate), "Regenerate answers with the target (batched, resumable).")
+    build_command(data, "generate", DataGenerateConfig, out("run_generate"), "Regenerate answers with the target (batched, resumable).")
     def extract(cfg: DataExtractConfig):
         if cfg.print_command:
             from eaglewire.data.extract_vllm import print_command
 
             return print(print_command(cfg))
-        return out(run_extract)(cfg)
+        return out("run_extract")(cfg)
 
     build_command(data, "extract", DataExtractConfig, extract, "Capture target features into checksummed shards (resumable).")
-    build_command(data, "vocab", DataVocabConfig, out(run_vocab), "Build the draft vocabulary (d2t offsets, t2d mask) from loss-masked tokens.")
-    build_command(data, "build", DataBuildConfig, out(run_build), "generate + extract + vocab in one command.")
-    build_command(data, "info", DataInfoConfig,
-                  lambda c: emit(info(c.data, c.verify), c.json, _human_info),
+    build_command(data, "vocab", DataVocabConfig, out("run_vocab"), "Build the draft vocabulary (d2t offsets, t2d mask) from loss-masked tokens.")
+    build_command(data, "build", DataBuildConfig, out("run_build"), "generate + extract + vocab in one command.")
+    def info(c: DataInfoConfig) -> None:
+        from eaglewire.data.pipeline import info as dataset_info
+
+        emit(dataset_info(c.data, c.verify), c.json, _human_info)
+
+    build_command(data, "info", DataInfoConfig, info,
                   "Show a dataset's provenance: target, points in HF, SGLang and vLLM ids, counts, vocab.")
     build_command(data, "import", DataImportConfig, _data_import,
                   "Import speculators hidden-state files or SpecForge offline captures as an eaglewire dataset.")

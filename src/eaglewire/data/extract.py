@@ -15,26 +15,27 @@ import time
 from pathlib import Path
 
 import torch
+import transformers
+from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from eaglewire.data.config import ExtractSettings
+from eaglewire.data.lossmask import render_with_mask
 from eaglewire.data.manifest import Manifest, shard_problem
-from eaglewire.data.options import ExtractSettings
 from eaglewire.infra.atomic import follow_umask
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.device import dtype_from_name, dtype_name
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.capture import capture
-from eaglewire.target.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
-from eaglewire.target.points import FINAL_NORM, Point
+from eaglewire.targets.capture import capture
+from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
+from eaglewire.targets.points import FINAL_NORM, Point, parse_points
 
 _SHARD_DELAY = float(os.environ.get("EAGLEWIRE_SHARD_DELAY", "0"))
 
 
 def tokenize_rows(tokenizer, rows: list[dict], max_len: int) -> tuple[list, dict]:
     """(index, input_ids, loss_mask) per usable row, and counts of what was dropped."""
-    from eaglewire.data.lossmask import render_with_mask
-
     out, counts = [], {"truncated": 0, "no_loss_tokens": 0}
     for r in rows:
         ids, mask = render_with_mask(tokenizer, r["messages"])
@@ -127,8 +128,6 @@ def write_shard(out_dir: Path, k: int, buf: list, sdtype) -> dict:
 
 def _drop_bad_shards(out_dir: Path, man: Manifest) -> list[str]:
     """Remove missing/corrupt shards from the manifest (their samples get re-extracted); recount the rest."""
-    from safetensors import safe_open
-
     bad = [(e, why) for e in man.shards if (why := shard_problem(out_dir, e))]
     if not bad:
         return []
@@ -177,8 +176,6 @@ class InProcessCapture:
         self.forward_dtype = dtype_name(target.dtype)
 
     def provenance(self) -> dict:
-        import transformers
-
         return {"engine": "transformers", "version": transformers.__version__}
 
     def __call__(self, batch: list) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -192,8 +189,6 @@ def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: di
     `capture_with(batch)` computes ([n, P, H] features, [n, H] final norm) per sample; by
     default the target's forward here, or a serving engine (data/extract_vllm.py).
     """
-    from eaglewire.target.points import parse_points
-
     pts = parse_points(s.points, target.num_layers)
     sdtype = dtype_from_name(s.dtype, "--store-dtype")
     cap = capture_with or InProcessCapture(target, pts)

@@ -16,15 +16,22 @@ class, the checkpoint's weight) is applied to it here, in fp32.
 
 from __future__ import annotations
 
+import json
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
+from eaglewire.data.extract import extract
 from eaglewire.data.manifest import Manifest, complete_and_intact
+from eaglewire.data.recorded import recorded_extract_settings
+from eaglewire.engines.vllm_capture import StatesClient, capture_args, plugin_env
+from eaglewire.engines.vllm_env import find_python, is_cpu_build, vllm_version
+from eaglewire.engines.vllm_server import ServeSpec, VllmServer, engine_command, free_port
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.points import (
+from eaglewire.targets.load import load_skeleton, resolve_target_dir
+from eaglewire.targets.points import (
     EMBED,
     FINAL_NORM,
     PINNED,
@@ -32,6 +39,8 @@ from eaglewire.target.points import (
     Point,
     ids_for_points,
     layer_out,
+    parse_points,
+    point_option,
 )
 
 STATES_DIR = ".vllm-states"
@@ -98,9 +107,6 @@ def _vllm_dtype(dtype: str, cpu_build: bool) -> str:
 
 
 def server_spec(cfg, target_dir: Path, ids: list[int], states_dir: Path, cpu_build: bool):
-    from eaglewire.serve.vllm_capture import capture_args
-    from eaglewire.serve.vllm_server import ServeSpec, free_port
-
     extra = capture_args(ids, states_dir, ours=cpu_build) + _parallel_args(cfg)
     return ServeSpec(target_dir=target_dir, drafter_dir=None, port=free_port(), dtype=_vllm_dtype(cfg.dtype, cpu_build),
                      max_model_len=_model_len(target_dir, cfg.max_seq_len + 1), memory_fraction=0.3 if cpu_build else 0.0,
@@ -115,8 +121,6 @@ def _parallel_args(cfg) -> list[str]:
 
 def _model_len(target_dir: Path, want: int) -> int:
     """vLLM refuses a --max-model-len past the target's positions; a longer sample then fails by name."""
-    import json
-
     c = json.loads((Path(target_dir) / "config.json").read_text())
     limit = c.get("max_position_embeddings") or (c.get("text_config") or {}).get("max_position_embeddings")
     return min(want, int(limit)) if isinstance(limit, (int, float)) and limit > 0 else want
@@ -131,13 +135,6 @@ def _provenance(version: str | None, cfg, ids: list[int], num_layers: int, url: 
 
 def run_vllm_extract(cfg, rows: list[dict], s, gen: dict):
     """Start (or reach) a capture server and extract through it; returns the manifest."""
-    from eaglewire.data.extract import extract
-    from eaglewire.serve.vllm_capture import StatesClient, plugin_env
-    from eaglewire.serve.vllm_env import find_python, is_cpu_build, vllm_version
-    from eaglewire.serve.vllm_server import VllmServer
-    from eaglewire.target.load import load_skeleton
-    from eaglewire.target.points import parse_points
-
     if cfg.resume and complete_and_intact(cfg.data):
         man = Manifest.load(cfg.data)
         if {r["index"] for r in rows} <= set(man.sample_indices()):
@@ -193,10 +190,6 @@ def _clear_states(states_dir: Path) -> None:
 
 def generate_on_vllm(cfg, generate):
     """Run `generate(url)` against a plain vLLM server started for the target (`data build --engine vllm`)."""
-    from eaglewire.serve.vllm_env import find_python, is_cpu_build
-    from eaglewire.serve.vllm_server import ServeSpec, VllmServer, free_port
-    from eaglewire.target.load import resolve_target_dir
-
     python = find_python(cfg.vllm_python)
     cpu = is_cpu_build(python)
     spec = ServeSpec(target_dir=resolve_target_dir(cfg.target), drafter_dir=None, port=free_port(),
@@ -212,11 +205,6 @@ def generate_on_vllm(cfg, generate):
 
 def print_command(cfg) -> str:
     """The capture server's command line, for a cluster where the user launches vLLM."""
-    from eaglewire.data.pipeline import recorded_extract_settings
-    from eaglewire.serve.vllm_server import engine_command
-    from eaglewire.target.load import load_skeleton, resolve_target_dir
-    from eaglewire.target.points import parse_points, point_option
-
     cfg = recorded_extract_settings(cfg)  # a dataset's recorded points and target win, as on --resume
     skeleton = load_skeleton(cfg.target)
     pts = parse_points([p.name for p in point_option(cfg.points, skeleton.num_layers)], skeleton.num_layers)

@@ -30,12 +30,15 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from eaglewire.data.config import DataImportConfig
+from eaglewire.data.extract import write_shard
 from eaglewire.data.manifest import Manifest
-from eaglewire.data.options import DataImportConfig
 from eaglewire.export.weights import load_pickle_weights
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.fingerprint import TargetFingerprint, TargetRecord
-from eaglewire.target.points import FINAL_NORM, Point, point_option, points_from_ids
+from eaglewire.targets.capture import decoder_stack
+from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
+from eaglewire.targets.load import load_target
+from eaglewire.targets.points import FINAL_NORM, Point, point_option, points_from_ids
 
 _NUM = re.compile(r"(\d+)")
 
@@ -56,7 +59,7 @@ def detect(src: Path) -> str:
 def _arrow_loss_masks(src: Path) -> list | None:
     """loss_mask column of the speculators Arrow dataset, or None when pyarrow is missing."""
     try:
-        import pyarrow.ipc as ipc
+        import pyarrow.ipc as ipc  # optional: only speculators' Arrow datasets need it
     except ImportError:
         return None
     files = sorted(src.glob("data-*.arrow"), key=lambda p: p.name)
@@ -119,9 +122,6 @@ def _final_norm(cfg: DataImportConfig):
     """(layer count, fingerprint, final norm module or None) from --target."""
     if not cfg.target:
         return (cfg.target_layers or None), None, None, None
-    from eaglewire.target.capture import decoder_stack
-    from eaglewire.target.fingerprint import TargetFingerprint, chat_template_hash
-    from eaglewire.target.load import load_target
 
     t = load_target(cfg.target, device="cpu")
     return t.num_layers, TargetFingerprint.of(t), decoder_stack(t.model).norm, chat_template_hash(t.tokenizer)
@@ -174,6 +174,4 @@ def run_data_import(cfg: DataImportConfig) -> dict:
 
 
 def _flush(out: Path, man: Manifest, buf: list) -> None:
-    from eaglewire.data.extract import write_shard
-
     man.add_shard(write_shard(out, len(man.shards), buf, buf[0][3].dtype))

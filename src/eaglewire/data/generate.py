@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from eaglewire.data.config import GenSettings
 from eaglewire.data.jsonl import JsonlAppender, read_jsonl, rewrite_jsonl
-from eaglewire.data.options import GenSettings
-from eaglewire.target.fastlinear import packed_linears
-from eaglewire.target.kvcache import growing_cache
+from eaglewire.data.prompts import prompt_turns
+from eaglewire.targets.fastlinear import packed_linears
+from eaglewire.targets.kvcache import growing_cache
 
 
 @dataclass
@@ -83,8 +84,6 @@ def generate_batch(target, prompts: list[list[int]], s: GenSettings, seed: int) 
 
 def _pending(convs, done_idx: set[int], tokenizer, s: GenSettings, stats: GenStats, share=(0, 1)):
     """What is left to ask, as (index, messages, prompt ids); `share` = (rank, world) takes every world-th."""
-    from eaglewire.data.prompts import prompt_turns
-
     todo = []
     for i, c in enumerate(convs):
         if i in done_idx or i % share[1] != share[0]:

@@ -18,8 +18,8 @@ from eaglewire.infra.atomic import read_json, write_json_atomic
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.paths import require_exists
-from eaglewire.target.fingerprint import TargetRecord
-from eaglewire.target.points import FINAL_NORM, Point, id_lists, parse_points
+from eaglewire.targets.fingerprint import TargetRecord
+from eaglewire.targets.points import FINAL_NORM, Point, id_lists, parse_points
 
 FORMAT = "eaglewire-features"
 FORMAT_VERSION = 1

@@ -9,12 +9,12 @@ at the first unfinished stage.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from pathlib import Path
 
-from eaglewire.data.manifest import Manifest, complete_and_intact
-from eaglewire.data.options import (
+from eaglewire.data.config import (
     PROMPTS,
     RESPONSES,
     DataBuildConfig,
@@ -22,30 +22,61 @@ from eaglewire.data.options import (
     DataGenerateConfig,
     DataVocabConfig,
 )
+from eaglewire.data.dataset import FeatureDataset
+from eaglewire.data.extract import ExtractSettings, extract
+from eaglewire.data.extract_vllm import generate_on_vllm, run_vllm_extract
+from eaglewire.data.generate import GenSettings, generate_responses
+from eaglewire.data.jsonl import read_jsonl, response_problem, rewrite_jsonl
+from eaglewire.data.manifest import Manifest, complete_and_intact, manifest_hash, verify_shards
+from eaglewire.data.prompt_files import load_prompts
+from eaglewire.data.prompts import (
+    Conversation,
+    dedupe,
+    drop_heldout,
+    heldout_prompt_texts,
+    self_prompts,
+)
+from eaglewire.data.recorded import (
+    GENERATE_CONFIG,
+    GENERATE_KEYS,
+    adopt_recorded,
+    recorded_generate,
+    settings_from_manifest,
+)
+from eaglewire.data.server import FAILURES, ServerSettings, generate_via_server
+from eaglewire.data.sharded import (
+    agree,
+    check_ranks,
+    consolidate_responses,
+    gather,
+    merge_manifests,
+    rank0_lock,
+    rank_dir,
+    rank_responses,
+    seed_rank_file,
+    sum_results,
+)
+from eaglewire.data.topic_prompts import topic_prompts
+from eaglewire.data.vocab import build_draft_vocab, count_tokens, save_vocab
+from eaglewire.engines.http import ChatClient
+from eaglewire.infra.atomic import read_json
+from eaglewire.infra.device import resolve_device, resolve_dtype
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.infra.options import save_config
+from eaglewire.infra.locks import dir_lock
+from eaglewire.infra.options import config_from_dict, save_config
+from eaglewire.infra.paths import require_exists
 from eaglewire.infra.ranks import distributed, is_main, local_device, rank_world
+from eaglewire.targets.fingerprint import chat_template_hash
+from eaglewire.targets.load import load_target, load_tokenizer, resolve_target_dir
+from eaglewire.targets.points import point_option
 
 
 def _load(cfg):
-    from eaglewire.infra.device import resolve_device, resolve_dtype
-    from eaglewire.target.load import load_target
-
     dev = local_device(resolve_device(cfg.device))
     return load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
 
 
 def _collect_prompts(cfg, target) -> tuple[list, dict]:
-    from eaglewire.data.jsonl import read_jsonl, rewrite_jsonl
-    from eaglewire.data.prompts import (
-        Conversation,
-        dedupe,
-        drop_heldout,
-        heldout_prompt_texts,
-        load_prompts,
-        self_prompts,
-    )
-
     path = cfg.out / PROMPTS
     if cfg.resume and path.exists():
         return [Conversation(messages=r["messages"]) for r in read_jsonl(path)], {"resumed": True}
@@ -58,8 +89,6 @@ def _collect_prompts(cfg, target) -> tuple[list, dict]:
         convs += loaded
     generated = []
     if cfg.topic_prompts > 0:
-        from eaglewire.data.topic_prompts import topic_prompts
-
         tp = topic_prompts(cfg.topic_prompts, seed=cfg.seed)
         counts["topic_prompts"] = len(tp)
         generated += tp
@@ -84,14 +113,8 @@ def _locked(fn):
     A stage that reads a dataset (`cfg.data`) must find it before the lock
     would create it: a mistyped path is reported as missing, not made.
     """
-    import functools
-
     @functools.wraps(fn)
     def wrapper(cfg, *args, **kwargs):
-        from eaglewire.data.sharded import rank0_lock
-        from eaglewire.infra.locks import dir_lock
-        from eaglewire.infra.paths import require_exists
-
         d = getattr(cfg, "out", None) or require_exists(cfg.data, "dataset directory")
         with (rank0_lock if distributed() else dir_lock)(d, f"data {fn.__name__.removeprefix('run_')}"):
             return fn(cfg, *args, **kwargs)
@@ -100,8 +123,6 @@ def _locked(fn):
 
 @_locked
 def run_generate(cfg, target=None) -> dict:
-    from eaglewire.data.generate import GenSettings, generate_responses
-
     if (cfg.out / "manifest.json").exists() and not cfg.resume:
         raise EaglewireError(f"{cfg.out}: already holds a dataset; pass --resume or choose a new --out")
     # an empty answers file is what a run that failed before its first answer leaves: nothing to lose
@@ -110,8 +131,8 @@ def run_generate(cfg, target=None) -> dict:
     if cfg.server is not None and cfg.self_prompts > 0:
         raise EaglewireError("--self-prompts samples from the target in this process; with --server use --prompts or --topic-prompts")
     if cfg.resume:
-        recorded = _recorded_generate(cfg.out)
-        cfg = _adopt_recorded(cfg, {k: recorded.get(k) for k in _GENERATE_KEYS}, cfg.out / GENERATE_CONFIG)
+        recorded = recorded_generate(cfg.out)
+        cfg = adopt_recorded(cfg, {k: recorded.get(k) for k in GENERATE_KEYS}, cfg.out / GENERATE_CONFIG)
     cfg.out.mkdir(parents=True, exist_ok=True)
     s = GenSettings(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                     batch_size=cfg.batch_size, seed=cfg.seed, max_prompt_tokens=cfg.max_prompt_tokens)
@@ -125,15 +146,11 @@ def run_generate(cfg, target=None) -> dict:
 
 
 def _agree(fn, *args, **kwargs):
-    from eaglewire.data.sharded import agree
-
     return agree(fn, *args, **kwargs)
 
 
 def _prompts_everywhere(cfg, target) -> tuple[list, dict]:
     """Rank 0 collects (and writes) the prompts; under torchrun the other ranks then read them."""
-    import dataclasses
-
     if not distributed():
         return _collect_prompts(cfg, target)
     first = _agree(lambda: _collect_prompts(cfg, target) if is_main() else None)
@@ -142,8 +159,6 @@ def _prompts_everywhere(cfg, target) -> tuple[list, dict]:
 
 def _answers_file(cfg) -> tuple[Path, tuple[int, int]]:
     """Where this process appends answers: `responses.jsonl`, or its rank's file under torchrun."""
-    from eaglewire.data.sharded import consolidate_responses, rank_responses, seed_rank_file
-
     rank, world = rank_world()
 
     def fold():  # answers of an interrupted sharded run first go where every rank reads them
@@ -161,8 +176,6 @@ def _answers_file(cfg) -> tuple[Path, tuple[int, int]]:
 
 def _finish_generate(cfg, res: dict) -> dict:
     """Under torchrun: rank 0 merges the ranks' answers and writes the summed result."""
-    from eaglewire.data.sharded import consolidate_responses, gather, sum_results
-
     if distributed():
         res = sum_results(gather(res))
         if is_main():
@@ -182,10 +195,6 @@ def _gen_result(counts: dict, stats, settings: dict) -> dict:
 
 def _generate_via_server(cfg, s) -> dict:
     """Answers from the engine the user serves with; provenance says which, and how it was asked."""
-    from eaglewire.data.server import FAILURES, ChatClient, ServerSettings, generate_via_server
-    from eaglewire.target.fingerprint import chat_template_hash
-    from eaglewire.target.load import load_tokenizer
-
     ss = ServerSettings(url=cfg.server, model=cfg.model, concurrency=cfg.concurrency, reasoning=cfg.reasoning,
                         retries=cfg.retries, timeout_s=cfg.request_timeout)
     client = ChatClient(ss.url, ss.timeout_s, ss.retries, ss.backoff_s)
@@ -216,95 +225,12 @@ def _generate_via_server(cfg, s) -> dict:
     return res
 
 
-def _settings_from_manifest(cfg):
-    """On --resume, the dataset's recorded extraction settings win (see `_adopt_recorded`).
-
-    So `eaglewire data extract DIR --resume`, the command our error messages
-    print, continues or repairs a dataset exactly as it was made. Before the
-    first manifest exists (a sharded run killed early) the target `data
-    generate` recorded still wins: the answers are that target's own.
-    """
-    if not cfg.resume:
-        return cfg
-    if Manifest.exists(cfg.data):
-        man = Manifest.load(cfg.data)
-        ex = man.extract
-        recorded = {"target": man.target.source, "points": ex.get("points"), "engine": man.capture_engine,
-                    "store_dtype": ex.get("dtype"), "batch_tokens": ex.get("batch_tokens"),
-                    "max_seq_len": ex.get("max_seq_len"), "shard_samples": ex.get("shard_samples")}
-        return _adopt_recorded(cfg, recorded, cfg.data / "manifest.json")
-    gen = _recorded_generate(cfg.data)
-    return _adopt_recorded(cfg, {"target": gen.get("target")}, cfg.data / GENERATE_CONFIG) if gen else cfg
-
-
-def recorded_extract_settings(cfg):
-    """The options a dataset's manifest (or its answers' record) fixes, applied to `cfg` as `--resume` would."""
-    import dataclasses as dc
-
-    return _settings_from_manifest(dc.replace(cfg, resume=True))
-
-
-GENERATE_CONFIG = "generate.config.json"
-_GENERATE_KEYS = ("target", "max_new_tokens", "temperature", "top_p", "seed", "max_prompt_tokens", "server")
-
-
-def _recorded_generate(d: Path) -> dict:
-    """The options the answers in `d` were generated with ({} when none are recorded)."""
-    p = Path(d) / GENERATE_CONFIG
-    if not p.is_file():
-        return {}
-    try:
-        return dict(json.loads(p.read_text()).get("config") or {})
-    except (ValueError, AttributeError) as e:
-        raise EaglewireError(f"{p}: unreadable ({e}); it records how the answers were made") from e
-
-
-def _comparable(v):
-    """Paths as strings, and `--points a,b --points c` as the list of names a manifest records."""
-    if isinstance(v, Path):
-        return str(v)
-    if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
-        return [n.strip() for x in v for n in x.split(",") if n.strip()]
-    return v
-
-
-def _adopt_recorded(cfg, recorded: dict, where: Path):
-    """Options left at their defaults take the recorded values; an option given with another value is refused.
-
-    One rule for every resumed stage: a resumed run never mixes targets or
-    settings, and never rewrites a record so that it claims settings the
-    existing rows were not made with.
-    """
-    import dataclasses
-
-    fields = {f.name: f for f in dataclasses.fields(cfg)}
-    upd, clash = {}, []
-    for k, v in recorded.items():
-        if v is None or k not in fields:
-            continue
-        f = fields[k]
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        mine = getattr(cfg, k)
-        if mine == default or mine is None:
-            upd[k] = v
-        elif _comparable(mine) != _comparable(v):
-            clash.append(f"--{k.replace('_', '-')} {mine!r} (recorded: {v!r})")
-    if clash:
-        raise EaglewireError(f"{where}: --resume with other settings than the existing data was made with: "
-                             f"{', '.join(clash)}; resume with the recorded values (or leave them out), or use a new --out")
-    return dataclasses.replace(cfg, **upd)
-
-
 @_locked
 def run_extract(cfg, target=None) -> dict:
-    from eaglewire.data.extract import ExtractSettings
-    from eaglewire.data.jsonl import read_jsonl, response_problem
-    from eaglewire.target.points import point_option
-
     rows = [r for r in read_jsonl(cfg.data / RESPONSES, check=response_problem) if "messages" in r]
     if not rows:
         raise EaglewireError(f"{cfg.data / RESPONSES}: no responses (run `eaglewire data generate` first)")
-    cfg = _settings_from_manifest(cfg)
+    cfg = settings_from_manifest(cfg)
     if cfg.engine == "vllm":
         if distributed():
             raise EaglewireError("--engine vllm: one process drives the vLLM server (which is parallel itself); "
@@ -321,8 +247,6 @@ def run_extract(cfg, target=None) -> dict:
                         max_seq_len=cfg.max_seq_len, shard_samples=cfg.shard_samples)
     t0 = time.perf_counter()
     if target is None:
-        from eaglewire.data.extract_vllm import run_vllm_extract
-
         man = run_vllm_extract(cfg, rows, s, gen)
         save_config(cfg, cfg.data / "extract.config.json")
     else:
@@ -333,9 +257,6 @@ def run_extract(cfg, target=None) -> dict:
 
 
 def _config_layers(source: str) -> int:
-    from eaglewire.infra.atomic import read_json
-    from eaglewire.target.load import resolve_target_dir
-
     p = resolve_target_dir(source) / "config.json"
     cfg = read_json(p, "no config.json")
     n = cfg.get("num_hidden_layers", (cfg.get("text_config") or {}).get("num_hidden_layers")) if isinstance(cfg, dict) else None
@@ -347,9 +268,6 @@ def _config_layers(source: str) -> int:
 def _extract_everywhere(cfg, target, rows: list[dict], s, gen: dict) -> Manifest:
     """One process writes shards into the dataset; under torchrun each rank writes its share
     under `rank-<r>/` and rank 0 merges the manifests into the one training reads."""
-    from eaglewire.data.extract import extract
-    from eaglewire.data.sharded import check_ranks, merge_manifests, rank_dir
-
     rank, world = rank_world()
     _agree(check_ranks, cfg.data, world)
     if not distributed():
@@ -378,9 +296,6 @@ def run_vocab(cfg) -> dict:
 
 
 def _vocab(cfg) -> dict:
-    from eaglewire.data.dataset import FeatureDataset
-    from eaglewire.data.vocab import build_draft_vocab, count_tokens, save_vocab
-
     man = Manifest.load(cfg.data)
     V = man.target.fingerprint.vocab_size
     if V is None:
@@ -409,8 +324,6 @@ def _generation_finished(d: Path) -> bool:
 
 @_locked
 def run_build(cfg: DataBuildConfig) -> dict:
-    from eaglewire.infra.options import config_from_dict
-
     vllm = cfg.engine == "vllm"
     if vllm and distributed():
         raise EaglewireError("--engine vllm: one process drives the vLLM servers (which are parallel themselves); "
@@ -423,7 +336,6 @@ def run_build(cfg: DataBuildConfig) -> dict:
         if vllm and cfg.server is None and cfg.resume and _generation_finished(cfg.out):
             res["generate"] = {"skipped": "finished before"}  # its server's port is gone: asking again would clash
         elif vllm and cfg.server is None:  # the target is vLLM's to hold: answers come from a plain vLLM server
-            from eaglewire.data.extract_vllm import generate_on_vllm
 
             res["generate"] = generate_on_vllm(cfg, lambda url: run_generate(dataclasses.replace(gcfg, server=url)))
         else:
@@ -439,8 +351,6 @@ def run_build(cfg: DataBuildConfig) -> dict:
 
 
 def info(d: Path, verify: bool = True) -> dict:
-    from eaglewire.data.manifest import manifest_hash, verify_shards
-
     man = Manifest.load(d)
     if verify:
         verify_shards(d, man)

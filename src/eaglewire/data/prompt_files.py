@@ -17,6 +17,8 @@ from pathlib import Path
 
 from eaglewire.data.prompts import EXPECTED_SHAPES, Conversation, parse_record
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.hub import cached_snapshot, is_repo_id
+from eaglewire.infra.paths import not_found
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
 # `datasets` bookkeeping files beside the rows in a saved or cached dataset: not prompts
@@ -36,9 +38,6 @@ def prompt_files(p: Path) -> list[Path]:
     """A file; a directory's prompt files (recursively, sorted); a glob; or a dataset in the local HF cache
     (`org/name`, optionally followed by a path or glob inside its snapshot, e.g.
     `HuggingFaceH4/ultrachat_200k/data/train_sft-*.parquet`)."""
-    from eaglewire.infra.hub import cached_snapshot, is_repo_id
-    from eaglewire.infra.paths import not_found
-
     if p.is_file():
         return [p]
     if p.is_dir():
@@ -141,8 +140,8 @@ def _json_array(p: Path) -> Iterator[tuple[str, object]]:
 def _parquet_rows(p: Path) -> Iterator[tuple[str, object]]:
     """Rows as HF datasets store them (UltraChat: `prompt`, `messages` [{role, content}]); null cells count as absent."""
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # optional: only parquet prompt files need it
+        import pyarrow.parquet as pq  # optional: as above
     except ImportError:
         raise EaglewireError(f"{p}: reading parquet needs pyarrow (pip install pyarrow)") from None
     try:
@@ -159,3 +158,12 @@ def _parquet_rows(p: Path) -> Iterator[tuple[str, object]]:
                 i += 1
     except (pa.ArrowException, OSError) as e:
         raise EaglewireError(f"{p}: not a readable parquet file ({type(e).__name__}: {e})") from e
+
+
+def load_prompts(path) -> list[Conversation]:
+    """Conversations from a JSONL, JSON (ShareGPT array) or parquet file, a directory or glob of them, or a
+    dataset in the local HF cache; the format is detected per file (and per JSONL line).
+
+    The readers below yield records for :func:`eaglewire.data.prompts.parse_record`.
+    """
+    return load_prompt_source(path)

@@ -14,9 +14,12 @@ import unicodedata
 from dataclasses import dataclass, field
 
 import torch
+from tqdm.auto import tqdm
 
-from eaglewire.data.lossmask import SENTINEL_USER, _first_added_in, encode, render
+from eaglewire.data.heldout import heldout_prompts_path
+from eaglewire.data.jsonl import read_jsonl
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.chat import SENTINEL_USER, encode, first_added_in, render
 
 ROLES = ("system", "user", "assistant")
 # "chatgpt", "bing" and "bard" name the answering model in raw ShareGPT dumps
@@ -90,17 +93,6 @@ def parse_record(obj, where: str) -> Conversation:
     return Conversation(msgs)
 
 
-def load_prompts(path) -> list[Conversation]:
-    """Conversations from a JSONL, JSON (ShareGPT array) or parquet file, a directory or glob of them, or a
-    dataset in the local HF cache; the format is detected per file (and per JSONL line).
-
-    The readers live in :mod:`eaglewire.data.prompt_files`; they yield records for :func:`parse_record`.
-    """
-    from eaglewire.data.prompt_files import load_prompt_source
-
-    return load_prompt_source(path)
-
-
 def dedupe(convs: list[Conversation]) -> tuple[list[Conversation], int]:
     """Keep the first conversation per :meth:`Conversation.key`; return (kept, n_dropped)."""
     seen, kept = set(), []
@@ -126,9 +118,6 @@ def _user_text(conv: Conversation) -> str:
 
 def heldout_prompt_texts() -> list[str]:
     """The shipped held-out prompts (what `doctor drafter` and `bench` measure generalisation on)."""
-    from eaglewire.data.jsonl import read_jsonl
-    from eaglewire.decoding.cli import heldout_prompts_path
-
     return [r["prompt"] for r in read_jsonl(heldout_prompts_path())]
 
 
@@ -185,7 +174,7 @@ def user_turn_template(tokenizer) -> tuple[str, set[int]]:
     if SENTINEL_USER not in text:
         raise EaglewireError("chat template drops the user content (expected it to render user messages)")
     prefix, tail = text.split(SENTINEL_USER, 1)
-    closer = _first_added_in(tokenizer, tail)
+    closer = first_added_in(tokenizer, tail)
     return prefix, ({closer} if closer is not None else set())
 
 
@@ -214,8 +203,6 @@ def self_prompts(target, n: int, seed: int, max_new_tokens: int = 64, batch_size
     prompts are dropped; sampling continues until `n` unique prompts or
     `max_attempts` samples (default 4n + batch_size), so fewer than n may come back.
     """
-    from tqdm.auto import tqdm
-
     tok = target.tokenizer
     prefix, closers = user_turn_template(tok)
     prefix_ids = encode(tok, prefix)

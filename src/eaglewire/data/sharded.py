@@ -18,16 +18,17 @@ import dataclasses
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import torch.distributed as dist
+
+from eaglewire.data.config import RESPONSES
 from eaglewire.data.jsonl import read_jsonl, rewrite_jsonl
 from eaglewire.data.manifest import MANIFEST, Manifest
-from eaglewire.data.options import RESPONSES
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.locks import dir_lock
 from eaglewire.infra.ranks import distributed, is_main, rank, world_size
 
 
 def _group():
-    import torch.distributed as dist
-
     if not dist.is_initialized():
         dist.init_process_group("gloo")  # control messages only: gloo works next to CUDA too
     return dist
@@ -59,8 +60,6 @@ def agree(fn, *args, **kwargs):
 @contextmanager
 def rank0_lock(d: Path, what: str):
     """The job holds the directory's lock through rank 0; a second job's ranks all stop."""
-    from eaglewire.infra.locks import dir_lock
-
     stack = ExitStack()
 
     def take():

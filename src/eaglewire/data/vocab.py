@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
@@ -104,8 +105,6 @@ def build_draft_vocab(token_counts: torch.Tensor, draft_size: int) -> DraftVocab
 
 def save_vocab(path_dir, vocab: DraftVocab) -> Path:
     """Write ``vocab.safetensors`` (d2t, t2d, counts) and ``vocab.json`` (summary)."""
-    from safetensors.torch import save_file
-
     d = Path(path_dir)
     d.mkdir(parents=True, exist_ok=True)
     tensors = {"d2t": vocab.d2t.contiguous(), "t2d": vocab.t2d.contiguous(), "counts": vocab.counts.contiguous()}
@@ -141,8 +140,6 @@ def _check_loaded(path: Path, d2t: torch.Tensor, t2d: torch.Tensor, counts: torc
 
 def load_vocab(path_dir) -> DraftVocab:
     """Load and validate a vocabulary written by :func:`save_vocab`."""
-    from safetensors.torch import load_file
-
     d = Path(path_dir)
     path, meta_path = d / TENSORS_FILE, d / META_FILE
     for p in (path, meta_path):

@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
 from eaglewire.decoding.metrics import Metrics
 from eaglewire.infra.atomic import write_json_atomic
+from eaglewire.infra.plots import pyplot
 
 METHODS = ("hf_generate", "eaglewire_plain", "hf_prompt_lookup", "eaglewire_chain", "eaglewire_tree",
            "eaglewire_tree_lookup")
@@ -72,8 +74,6 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
     formed per repeat (same prompts, same minutes) and reported as median and
     range. Greedy outputs of every method are compared with the first method's.
     """
-    from tqdm import tqdm
-
     cfg = (cfg or SpecConfig()).resolved(target.device)  # so the result records the threshold used
     categories = categories or ["all"] * len(prompts)
     engines = {"plain": SpecEngine(target), "spec": SpecEngine(target, drafter, points)}
@@ -278,10 +278,7 @@ def _yerr(ranges: list[tuple[float, float]]):
 
 def plot_speed(res: dict, path: Path) -> dict:
     """The speed chart (speedup vs eaglewire plain, tokens/s) at ``path``; returns the series it drew."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     s = speed_series(res)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [3, 4]})

@@ -10,15 +10,15 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from eaglewire.drafter.provenance import Provenance
+from eaglewire.export.checkpoint import load_checkpoint
+from eaglewire.export.provenance import Provenance
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.points import Point, parse_points
+from eaglewire.targets.fingerprint import TargetFingerprint, chat_template_hash
+from eaglewire.targets.points import Point, parse_points
 
 
 def drafter_mismatches(target, drafter, prov: Provenance) -> tuple[list[str], list[Point] | None]:
     """(human-readable differences, capture points or None when unreadable)."""
-    from eaglewire.target.fingerprint import TargetFingerprint, chat_template_hash
-
     diffs: list[str] = []
     fp = prov.fingerprint
     if fp.unknown:
@@ -49,8 +49,6 @@ def drafter_mismatches(target, drafter, prov: Provenance) -> tuple[list[str], li
 
 def load_drafter_for(target, path: Path, force: bool = False):
     """Load a checkpoint on the target's device/dtype; refuse mismatches unless ``force``."""
-    from eaglewire.drafter.checkpoint import load_checkpoint
-
     drafter, prov = load_checkpoint(Path(path), device=target.device, dtype=target.dtype)
     diffs, points = drafter_mismatches(target, drafter, prov)
     if diffs and not force:

@@ -24,7 +24,7 @@ import torch
 
 from eaglewire.decoding.tree import DraftTree
 from eaglewire.drafter.model import KV, Eagle3Drafter, causal_mask
-from eaglewire.target.fastlinear import FastLinear, packed_linears
+from eaglewire.targets.fastlinear import FastLinear, packed_linears
 
 
 def _cat_kv(a: list[KV] | None, b: list[KV]) -> list[KV]:

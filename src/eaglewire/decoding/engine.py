@@ -34,11 +34,13 @@ from dataclasses import dataclass, field
 import torch
 
 from eaglewire.decoding.draft import DraftRunner
+from eaglewire.decoding.lookup import merge_branch, propose
 from eaglewire.decoding.metrics import Metrics, StepRecord
 from eaglewire.decoding.shapes import DEFAULTS, MIN_PROB
 from eaglewire.decoding.target_runner import TargetRunner
 from eaglewire.decoding.verify import sample, walk_greedy, walk_sample, warp
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.chat import encode, render
 
 
 def default_min_prob(device) -> float:
@@ -167,8 +169,6 @@ class SpecEngine:
     # ------------------------------------------------------------ prompts
     def encode(self, prompt, chat: bool = True) -> list[int]:
         """Token ids of a prompt (str or list of messages), chat template applied by default."""
-        from eaglewire.data.lossmask import encode, render
-
         tok = self.target.tokenizer
         if isinstance(prompt, str) and not prompt.strip():
             raise EaglewireError("prompt is empty (expected some text)")
@@ -246,8 +246,6 @@ class SpecEngine:
         if cfg.mode == "tree":
             tree = self.draft.tree(root, cfg.top_k, cfg.tree_depth, cfg.total_tokens, cfg.min_prob)
             if self._lookup_len(cfg):
-                from eaglewire.decoding.lookup import merge_branch, propose
-
                 merge_branch(tree, propose(self._prompt + committed, self._lookup_len(cfg)))
             return tree
         sampler = None

@@ -14,7 +14,7 @@ Tree masks are passed to transformers as a 4D bool mask ``[1, 1, N, P+N]``
 the sdpa / eager attention functions use it as-is (checked on llama, qwen3,
 mistral and deepseek_v3/MLA in the tests). Because it is used as-is,
 sliding-window layers get the window folded into their mask
-(:func:`~eaglewire.target.kvcache.window_masks`), and the cache keeps every row
+(:func:`~eaglewire.targets.kvcache.window_masks`), and the cache keeps every row
 of every layer so rejected drafts can be rolled back past the window.
 """
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from eaglewire.target.capture import capturing, decoder_stack
-from eaglewire.target.fastlinear import FastLinear, packed_linears
-from eaglewire.target.kvcache import growing_cache, keep_rows, window_masks
-from eaglewire.target.points import Point
+from eaglewire.targets.capture import capturing, decoder_stack
+from eaglewire.targets.fastlinear import FastLinear, packed_linears
+from eaglewire.targets.kvcache import growing_cache, keep_rows, window_masks
+from eaglewire.targets.points import Point
 
 
 class TargetRunner:

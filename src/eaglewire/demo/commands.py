@@ -12,7 +12,13 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from eaglewire.data.config import DataBuildConfig
+from eaglewire.data.heldout import heldout_prompts_path
+from eaglewire.decoding.config import BenchConfig
+from eaglewire.doctor.config import DoctorDatasetConfig, DoctorDrafterConfig, DoctorEngineConfig
+from eaglewire.export.config import ExportConfig
 from eaglewire.infra.options import to_argv
+from eaglewire.training.config import TrainConfig
 
 
 @dataclass
@@ -24,12 +30,6 @@ class Step:
 
 
 def demo_steps(target: str, preset: dict, run: Path, seed: int = 0, device: str = "auto") -> list[Step]:
-    from eaglewire.data.options import DataBuildConfig
-    from eaglewire.decoding.cli import BenchConfig
-    from eaglewire.doctor.cli import DoctorDatasetConfig, DoctorDrafterConfig, DoctorEngineConfig
-    from eaglewire.export.options import ExportConfig
-    from eaglewire.training.cli import TrainConfig
-
     p, data, train = preset, run / "data", run / "train"
     steps = [
         Step("data build", DataBuildConfig(out=data, target=target, topic_prompts=p["topic_prompts"],
@@ -65,8 +65,6 @@ def demo_steps(target: str, preset: dict, run: Path, seed: int = 0, device: str 
 
 def heldout_arg() -> Path:
     """The shipped held-out prompts, relative to the working directory when reachable from it (the README's form)."""
-    from eaglewire.decoding.cli import heldout_prompts_path
-
     path = heldout_prompts_path()
     try:
         return path.relative_to(Path.cwd())

@@ -10,6 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from eaglewire.decoding.shapes import DEFAULTS
+from eaglewire.demo.config import PRESETS
+from eaglewire.export.checkpoint import read_provenance
+from eaglewire.targets.points import id_lists
 
 FORMATS = ("sglang", "vllm")
 
@@ -47,9 +50,6 @@ def check_commands(run: Path) -> list[tuple[str, str]]:
 
 
 def export_rows(run: Path, bench: dict) -> list[list[str]]:
-    from eaglewire.drafter.checkpoint import read_provenance
-    from eaglewire.target.points import id_lists
-
     ck = run / "train" / "drafter"
     prov = read_provenance(ck)
     pts = id_lists(prov.points, prov.num_layers)
@@ -68,8 +68,6 @@ def export_rows(run: Path, bench: dict) -> list[list[str]]:
 
 def more_lines(preset: str, p: dict, log: dict) -> list[str]:
     """What more data, training, the standard preset or a GPU would give: this run's figures, README's for the rest."""
-    from eaglewire.demo.run import PRESETS
-
     ex = (log.get("data") or {}).get("extract") or {}
     acc = (log.get("train") or {}).get("validation", {}).get("acc") or []
     off = next((r.get("offline") for r in log.get("doctor", {}).get("reports", []) if r.get("command") == "drafter"), None)

@@ -14,19 +14,17 @@ import html
 import json
 from pathlib import Path
 
-from eaglewire.decoding.bench import fmt_ratio
+from eaglewire.decoding.bench import fmt_ratio, plot_speed
 from eaglewire.demo.acceptance import prediction_row, tau_relation, tau_rows
 from eaglewire.demo.deploy import export_rows, more_lines
 from eaglewire.demo.findings import best_method, caveats, doctor_rows, verdict_line
+from eaglewire.infra.plots import pyplot
 
 LOSS_LABEL = "loss (nats/token, sum over TTT steps)"
 
 
 def _plot_training(run: Path, out: Path) -> Path | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     path = run / "train" / "metrics.csv"
     rows = list(csv.DictReader(open(path))) if path.exists() else []
@@ -58,8 +56,6 @@ def _plot_training(run: Path, out: Path) -> Path | None:
 
 def _plot_speed(bench: dict, out: Path) -> Path | None:
     """Drawn from the bench result here, not copied from bench/, so a regenerated report gets today's chart."""
-    from eaglewire.decoding.bench import plot_speed
-
     if not bench.get("methods"):
         return None
     plot_speed(bench, out)

@@ -19,9 +19,9 @@ from eaglewire.data.manifest import Manifest, shard_problem
 from eaglewire.doctor.verdict import Report
 from eaglewire.infra.device import dtype_name
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.capture import capture
-from eaglewire.target.fingerprint import TargetFingerprint
-from eaglewire.target.points import EMBED, FINAL_NORM, Point, id_lists, layer_out
+from eaglewire.targets.capture import capture
+from eaglewire.targets.fingerprint import TargetFingerprint
+from eaglewire.targets.points import EMBED, FINAL_NORM, Point, id_lists, layer_out
 
 # Unit roundoff u = 2^-p of each storage dtype (p = significand bits incl. the implicit one).
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}

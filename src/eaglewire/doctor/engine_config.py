@@ -11,11 +11,14 @@ import json
 import re
 from pathlib import Path
 
+from safetensors import safe_open
+
 from eaglewire.doctor.verdict import Report
+from eaglewire.export.checkpoint import corrupt_weights
 from eaglewire.export.formats import NOT_SERVABLE_KEY, read_config_json
 from eaglewire.infra.errors import EaglewireError, did_you_mean
-from eaglewire.target.points import Engine, Point, default_points, fed_points, ids_for_points
-from eaglewire.target.points import id_meanings as points_id_meanings
+from eaglewire.targets.points import Engine, Point, default_points, fed_points, ids_for_points
+from eaglewire.targets.points import id_meanings as points_id_meanings
 
 ENGINES = ("sglang", "vllm", "speculators")
 
@@ -124,8 +127,6 @@ def _check_shapes(cfg: dict, shapes: dict, rep: Report) -> None:
 
 
 def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
-    from safetensors import safe_open
-
     files = sorted(d.glob("*.safetensors"))
     if not files:
         return
@@ -171,10 +172,6 @@ def _check_names(keys: set[str], rep: Report) -> None:
 
 
 def _check_values(files: list[Path], rep: Report) -> None:
-    from safetensors import safe_open
-
-    from eaglewire.drafter.checkpoint import corrupt_weights
-
     for fp in files:
         with safe_open(str(fp), framework="pt") as f:
             why = corrupt_weights({k: f.get_tensor(k) for k in f.keys()})

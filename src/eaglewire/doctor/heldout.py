@@ -11,14 +11,13 @@ from __future__ import annotations
 import torch
 
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.doctor.drafter import chain_stats
+from eaglewire.data.heldout import heldout_prompts_path
+from eaglewire.data.jsonl import read_jsonl
+from eaglewire.doctor.acceptance import chain_stats
 
 
 def shipped_categories(ds: FeatureDataset, tokenizer) -> list[str] | None:
     """Each sample's category when every sample answers exactly one shipped held-out prompt, else None."""
-    from eaglewire.data.jsonl import read_jsonl
-    from eaglewire.decoding.cli import heldout_prompts_path
-
     cats = {r["prompt"]: r["category"] for r in read_jsonl(heldout_prompts_path())}
     out = []
     for i in range(len(ds)):

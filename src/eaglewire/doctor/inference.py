@@ -16,13 +16,14 @@ from pathlib import Path
 import torch
 
 from eaglewire.data.dataset import FeatureDataset
+from eaglewire.decoding.engine import SpecConfig, SpecEngine
+from eaglewire.doctor.acceptance import chain_stats
 from eaglewire.doctor.dataset import MATCH_REL_ERR, all_points, dataset_tolerance
-from eaglewire.doctor.drafter import chain_stats
 from eaglewire.doctor.verdict import Report
-from eaglewire.drafter.provenance import Provenance
+from eaglewire.export.provenance import Provenance
 from eaglewire.infra.device import dtype_name
-from eaglewire.target.capture import capture
-from eaglewire.target.points import parse_points
+from eaglewire.targets.capture import capture
+from eaglewire.targets.points import parse_points
 
 
 def _record_features(engine) -> list[torch.Tensor]:
@@ -50,8 +51,6 @@ def _name_slot(target, ids: torch.Tensor, online: torch.Tensor, tol: float = MAT
 
 
 def compare_sample(engine, target, item: dict, max_new_tokens: int, mode: str):
-    from eaglewire.decoding.engine import SpecConfig
-
     ids, mask = item["input_ids"], item["loss_mask"]
     a = int(mask.float().argmax()) if bool(mask.any()) else len(ids)
     rows = _record_features(engine)
@@ -72,8 +71,6 @@ def compare_sample(engine, target, item: dict, max_new_tokens: int, mode: str):
 
 def doctor_online(target, drafter, prov: Provenance, data_dir: Path, serve_points=None, num_samples: int = 4,
                   max_new_tokens: int = 48, depth: int = 4) -> Report:
-    from eaglewire.decoding.engine import SpecEngine
-
     rep = Report("online")
     ds = FeatureDataset(data_dir, verify=False)
     # the engine's forward runs in the target's dtype: its allowance joins the dataset's

@@ -19,15 +19,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
+from eaglewire.data.dataset import FeatureDataset, collate
+from eaglewire.decoding.engine import SpecConfig
+from eaglewire.doctor.acceptance import decode_rounds, round_masks, unroll_predictions
+from eaglewire.doctor.engine_config import doctor_config
+from eaglewire.doctor.records import trained_model_config
 from eaglewire.doctor.verdict import Report
-from eaglewire.serve.vllm_server import (
+from eaglewire.engines.vllm_server import (
     complete_ids,
     counter_delta,
     http_json,
     served_model,
     spec_counters,
 )
-from eaglewire.target.points import Engine
+from eaglewire.targets.points import Engine
 
 # Allowed difference per position, in accepted drafts: the same prompts run through both engines, so
 # in the same dtype the counts are equal (measured: equal to the count in float32 on CPU); bf16 on a GPU
@@ -73,8 +80,6 @@ def served_acceptance(url: str, prompts: list[list[int]], max_new_tokens: int) -
 
 def predicted_acceptance(engine, prompts: list[list[int]], depth: int, max_new_tokens: int) -> Acceptance:
     """eaglewire's engine, chain of `depth`, greedy, no gating: what a correctly wired server accepts."""
-    from eaglewire.decoding.engine import SpecConfig
-
     acc = Acceptance(accepted_per_pos=[0] * depth)
     cfg = SpecConfig(mode="chain", depth=depth, min_prob=0.0, max_new_tokens=max_new_tokens)
     for ids in prompts:
@@ -98,11 +103,6 @@ def offline_acceptance(model, data_dir: Path, head_w, depth: int, num_samples: i
     reproduces them, provided the answers re-tokenize to themselves (real
     tokenizers do, almost always; the tests' random tiny targets do not).
     """
-    import torch
-
-    from eaglewire.data.dataset import FeatureDataset, collate
-    from eaglewire.doctor.drafter import decode_rounds, round_masks, unroll_predictions
-
     ds = FeatureDataset(data_dir, verify=False)
     acc = Acceptance(accepted_per_pos=[0] * depth)
     with torch.no_grad():
@@ -196,9 +196,6 @@ def static_check_for(export_dir: Path | None, trained: list[str], num_layers: in
         return None
 
     def run(eng: Engine) -> Report | None:
-        from eaglewire.doctor.cli import trained_model_config
-        from eaglewire.doctor.engine_config import doctor_config
-
         return doctor_config(export_dir, Engine(eng.name, eng.version, arch), num_layers, trained, None, None,
                              trained_model_config(Path(export_dir)))
 

@@ -145,7 +145,7 @@ def ttt_attention_mask(t: int, k: int, device: torch.device | None = None) -> to
     return torch.cat([causal] + [eye] * k, dim=1)[None, None]
 
 
-def _shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
+def shift_left(x: torch.Tensor, n: int) -> torch.Tensor:
     """``out[:, t] = x[:, t+n]``, zero-filled past the end.  [B, T] -> [B, T]."""
     out = torch.zeros_like(x)
     if n < x.shape[1]:
@@ -242,7 +242,7 @@ def ttt_forward(
     Each layer keeps a list of per-step K/V (never re-concatenated); step k
     attends causally to the step-0 keys and diagonally to steps 1..k, which is
     exactly the block mask [causal | eye * k] of the previous implementation (kept as a
-    test reference in ``tests/support/ttt_blockmask.py``)
+    test reference in ``src/eaglewire_testing/ttt_blockmask.py``)
     without computing its (k+1)T masked keys. With right padding, causal
     attention never lets a real query see a pad key, so ``attention_mask``
     only enters the loss mask.
@@ -257,7 +257,7 @@ def ttt_forward(
     cache: list[list[KV]] = [[] for _ in model.decoder_layers]  # per layer, per step
     out = TTTOutput(loss=hidden.new_zeros(()))
     for k in range(steps):
-        tokens = _shift_left(input_ids, 1 + k)  # [B, T]: x[t+1+k]
+        tokens = shift_left(input_ids, 1 + k)  # [B, T]: x[t+1+k]
         pos = torch.arange(t, device=input_ids.device)[None] + k  # [1, T]
         hidden, new_kv = model.step_ttt(tokens, hidden, pos, cache)  # [B, T, H]
         for layer_cache, kv in zip(cache, new_kv, strict=True):

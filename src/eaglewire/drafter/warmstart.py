@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 
 from eaglewire.drafter.model import Eagle3Drafter
-from eaglewire.target.capture import decoder_stack
-from eaglewire.target.points import Point
+from eaglewire.targets.capture import decoder_stack
+from eaglewire.targets.points import Point
 
 
 def deepest_layer_slot(points: list[str]) -> int:

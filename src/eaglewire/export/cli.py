@@ -20,7 +20,7 @@ def _print(res: dict, as_json: bool, line: str) -> None:
 
 
 def register(app) -> None:
-    from eaglewire.export.options import ExportConfig, ImportConfig
+    from eaglewire.export.config import ExportConfig, ImportConfig
     from eaglewire.infra.options import build_command
 
     def export(cfg: ExportConfig) -> None:

@@ -1,7 +1,7 @@
 """`eaglewire export`: write a trained drafter in a serving engine's layout.
 
 The ids written are computed from the physical capture points recorded in
-the checkpoint's provenance, through `eaglewire.target.points` and nothing else: the
+the checkpoint's provenance, through `eaglewire.targets.points` and nothing else: the
 same drafter gets [1, 14, 26] for SGLang and [2, 15, 27] for vLLM because the
 two engines mean different tensors by the same integer.
 """
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from eaglewire.drafter.checkpoint import load_checkpoint, resolve_dir
+from eaglewire.export.checkpoint import load_checkpoint, resolve_dir
+from eaglewire.export.config import ExportConfig
 from eaglewire.export.formats import (
     DRAFTER_KEY,
     ID_ENGINE,
@@ -24,10 +25,11 @@ from eaglewire.export.formats import (
     serving_engine,
     to_format_state,
 )
-from eaglewire.export.options import ExportConfig
 from eaglewire.infra.atomic import atomic_dir, check_replace
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.points import ENGINE_HELP, Engine, version_differences
+from eaglewire.infra.hub import cached_snapshot, is_repo_id
+from eaglewire.targets.load import resolve_target_dir
+from eaglewire.targets.points import ENGINE_HELP, Engine, version_differences
 
 RECORD = "eaglewire.export.json"
 
@@ -51,9 +53,6 @@ def default_verifier(ckpt: Path, source: str | None) -> dict:
     target from. A name that is neither here is refused rather than guessed:
     a relative path recorded elsewhere looks exactly like an `org/name` id.
     """
-    from eaglewire.infra.hub import cached_snapshot, is_repo_id
-    from eaglewire.target.load import resolve_target_dir
-
     fix = "pass --verifier with the target's HF id or local model directory"
     if not source:
         raise EaglewireError(f"{ckpt}: speculators needs the verifier (the target) and the checkpoint records none: {fix}")

@@ -21,7 +21,7 @@ import torch
 
 from eaglewire.drafter import DrafterConfig
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.points import Engine, Point, eagle3_default, ids_for_points, order_problem
+from eaglewire.targets.points import Engine, Point, eagle3_default, ids_for_points, order_problem
 
 # Keys of an eaglewire checkpoint's config.json beyond the engine's: the drafter's own config
 # (what load_checkpoint builds the model from) and, when no engine can serve it as is, why not.

@@ -14,11 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import (
+    StrictDataclassError,  # transformers 5 validates config fields with it
+)
+from transformers import LlamaConfig
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-from eaglewire.drafter.checkpoint import check_state, save_checkpoint
-from eaglewire.drafter.provenance import FILE as PROVENANCE
-from eaglewire.drafter.provenance import Provenance
+from eaglewire.export.checkpoint import check_state, save_checkpoint
+from eaglewire.export.config import ImportConfig
 from eaglewire.export.formats import (
     ID_ENGINE,
     ID_KEY,
@@ -27,12 +30,14 @@ from eaglewire.export.formats import (
     from_format_state,
     read_config_json,
 )
-from eaglewire.export.options import ImportConfig
+from eaglewire.export.provenance import FILE as PROVENANCE
+from eaglewire.export.provenance import Provenance
 from eaglewire.export.weights import read_weights
 from eaglewire.infra.atomic import check_replace
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.target.fingerprint import TargetFingerprint, TargetRecord
-from eaglewire.target.points import (
+from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
+from eaglewire.targets.load import load_target
+from eaglewire.targets.points import (
     Engine,
     eagle3_default,
     points_from_ids,
@@ -73,8 +78,6 @@ def _llama_view(fmt: str, raw: dict) -> dict:
 
 def drafter_config(fmt: str, raw: dict, sd: dict, notes: Notes) -> DrafterConfig:
     """DrafterConfig from the format's config plus tensor shapes (defaults = transformers LlamaConfig's)."""
-    from transformers import LlamaConfig
-
     view = _llama_view(fmt, raw)
     for k in ("num_key_value_heads", "head_dim", "rms_norm_eps", "max_position_embeddings"):
         if k not in view:
@@ -195,8 +198,6 @@ def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
             raise EaglewireError("weights: no embed_tokens.weight (the official layout reads it from the target): "
                                  "pass --target to copy it")
         return cfg.target_layers, TargetRecord(source=None, fingerprint=TargetFingerprint.unknown_target(cfg.target_layers)), None
-    from eaglewire.target.fingerprint import chat_template_hash
-    from eaglewire.target.load import load_target
 
     t = load_target(cfg.target, device="cpu")
     if cfg.target_layers and cfg.target_layers != t.num_layers:
@@ -230,9 +231,6 @@ def run_import(cfg: ImportConfig) -> dict:
     fmt = detect_format(raw, files) if cfg.format == "auto" else canonical(cfg.format)
     notes = Notes()
     sd, wfile = read_weights(src, fmt)
-    from huggingface_hub.errors import (
-        StrictDataclassError,  # transformers 5 validates config fields with it
-    )
 
     try:
         dcfg = drafter_config(fmt, raw, sd, notes)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from eaglewire.drafter.checkpoint import load_state
+from eaglewire.export.checkpoint import load_state
 from eaglewire.infra.errors import EaglewireError
 
 PICKLE_NAMES = ("pytorch_model.bin",)

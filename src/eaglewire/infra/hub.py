@@ -11,14 +11,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from huggingface_hub import constants, snapshot_download
+from huggingface_hub.errors import LocalEntryNotFoundError
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.paths import close_path_hint
 
 
 def is_repo_id(name: str) -> bool:
     """`org/name` as the hub spells ids (a local path that does not exist may look the same)."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
     if name.count("/") != 1:
         return False
     try:
@@ -30,8 +32,6 @@ def is_repo_id(name: str) -> bool:
 
 def hub_cache() -> Path:
     """The cache huggingface_hub reads; HF_HUB_CACHE is read now, not at its import (tests and embedders set it late)."""
-    from huggingface_hub import constants
-
     return Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE)
 
 
@@ -42,9 +42,6 @@ def cached_snapshot(repo_id: str, repo_type: str = "model", what: str = "") -> P
     (with a close existing one, if any) and the hub id (with how to fetch
     it). `what` starts it, e.g. "target 'org/name'".
     """
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
     cache = hub_cache()
     try:
         return Path(snapshot_download(repo_id, repo_type=repo_type, cache_dir=cache, local_files_only=True))

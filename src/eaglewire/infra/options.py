@@ -266,7 +266,7 @@ def build_command(app: typer.Typer, name: str, cls, run, help: str) -> None:
 
     command.__signature__ = inspect.Signature(params)
     command.__doc__ = help
-    command.config_class = cls  # for docs/flags.md (infra/flags_doc.py); typer's wrapper keeps it
+    command.config_class = cls  # for docs/flags.md (flags_doc.py); typer's wrapper keeps it
     app.command(name, help=help)(command)
 
 

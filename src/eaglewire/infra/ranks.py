@@ -40,7 +40,7 @@ def is_main() -> bool:
 
 def local_device(dev):
     """`cuda` (no index) under torchrun means this rank's GPU, `cuda:LOCAL_RANK`; anything else is kept."""
-    import torch
+    import torch  # lazy: the CLI reads ranks while building its commands, before any torch is needed
 
     if distributed() and dev.type == "cuda" and dev.index is None:
         return torch.device("cuda", local_rank())

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
-from pathlib import Path
 
-from eaglewire.data.options import VOCAB_SIZE_HELP, ExtractSettings
+from eaglewire.data.pipeline import auto_vocab_size
+from eaglewire.infra.device import auto_device_type
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.infra.options import build_command, opt
-from eaglewire.infra.output import emit, json_flag
-from eaglewire.training.cli import TrainConfig
+from eaglewire.plan.config import GIB, PlanConfig
+from eaglewire.plan.shape import drafter_shape, read_config_json, target_config, target_shape
+from eaglewire.targets.points import point_option
 
-GIB = 1024 ** 3
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # Shard layout (data/extract.py `_write_shard`): per token input_ids int32 + loss_mask uint8; per sample
 # offsets int64 + sample_index int64; per shard one more offset and the safetensors JSON header (~0.6 kB).
@@ -40,58 +38,12 @@ CPU_GEN_TOK_S = {1: 15.6, 16: 80.5, 64: 133.9}  # batched greedy generation (REA
 CPU_TRAIN_TOK_S = 288.0  # benchmarks/bench_train.py: TTT step, T=1024, 7 steps, draft vocab 8192
 CPU_REF_DRAFTER_MATMUL = 9_805_824  # that drafter's fc + layer + lm_head weights (planshape.drafter_shape)
 CPU_REF_TTT_STEPS = 7
-# CUDA: not measured by this project. Datasheet peaks of an H100 SXM (override with --gpu-tflops /
-# --gpu-bandwidth-gbs) times utilisation fractions that are assumptions, stated in the output.
-GPU_TFLOPS = 989.0  # dense bf16
-GPU_BANDWIDTH_GBS = 3350.0
-GPU_MEMORY_GIB = 80.0
 MFU_PREFILL = 0.40  # extraction and prompt prefill: large matmuls
 MFU_TRAIN = 0.25  # drafter training: one small layer, TTT unroll, fp32
 DECODE_BW_EFFICIENCY = 0.60  # share of peak HBM bandwidth a decode step reaches
-# A serving engine batches generation far wider than `data generate`'s in-process default
-# (GenSettings.batch_size); plan sizes that larger batch unless told otherwise.
-PLAN_GEN_BATCH = 64
-# `train`'s defaults: plan sizes the run those commands make when given the same flags.
-_TRAIN = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-
-
-@dataclass
-class PlanConfig:
-    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file (only its config is read)")
-    hf_config: Path | None = opt(None, "an HF config.json (or its directory) to size instead of --target: no weights needed",
-                                 flag="--model-config")
-    samples: int = opt(10000, "training conversations", ge=1)
-    seq_len: int = opt(2048, "tokens per conversation (prompt + answer)", ge=2)
-    new_tokens: int = opt(0, "generated answer tokens per conversation; 0 = 3/4 of --seq-len", ge=0)
-    points: list[str] = opt(help="capture points (repeat or comma-separate); default: the EAGLE-3 triple", factory=list)
-    store_dtype: str = opt(ExtractSettings.dtype, "feature storage dtype", choices=("fp32", "bf16", "fp16"))
-    device: str = opt("auto", "where the target and the drafter run: cuda (bf16 target) or cpu (fp32); auto: cuda "
-                      "when this machine has one, else cpu. Only sizes: --device cuda works without a GPU here",
-                      choices=("auto", "cpu", "cuda"), aliases=("--device-type",))
-    gpus: int = opt(1, "devices sharing the work (ideal scaling assumed)", ge=1)
-    gpus_per_node: int = opt(8, "devices per node (how many nodes a capture through vLLM spans)", ge=1)
-    gen_batch_size: int = opt(PLAN_GEN_BATCH, "generation batch size (`data generate --gen-batch-size`; default: "
-                              "what a serving engine batches, wider than data generate's own)", ge=1,
-                              aliases=("--gen-batch",))
-    batch_tokens: int = opt(ExtractSettings.batch_tokens, "padded tokens per extraction forward", ge=1)
-    shard_samples: int = opt(ExtractSettings.shard_samples, "samples per feature shard", ge=1)
-    epochs: int = opt(2, "training epochs", ge=1)
-    batch_size: int = opt(_TRAIN["batch_size"], "training samples per micro-batch (train --batch-size)", ge=1,
-                          aliases=("--train-batch",))
-    ttt_steps: int = opt(_TRAIN["ttt_steps"], "training-time-test steps", ge=1)
-    max_len: int = opt(_TRAIN["max_len"], "train --max-len: longer samples are truncated for training", ge=3,
-                       aliases=("--train-max-len",))
-    vocab_size: int = opt(0, VOCAB_SIZE_HELP, ge=0, aliases=("--draft-vocab",))
-    freeze_head: bool = opt(False, "the drafter's lm_head is frozen (train --freeze-head)")
-    gpu_tflops: float = opt(GPU_TFLOPS, "peak dense bf16 TFLOP/s of one device (H100 SXM: 989)", gt=0)
-    gpu_bandwidth_gbs: float = opt(GPU_BANDWIDTH_GBS, "peak memory bandwidth of one device in GB/s (H100 SXM: 3350)", gt=0)
-    device_memory_gib: float = opt(GPU_MEMORY_GIB, "memory of one device in GiB (for the fits verdict)", gt=0)
-    json: bool = json_flag()
 
 
 def _points(cfg: PlanConfig, num_layers: int) -> list[str]:
-    from eaglewire.target.points import point_option
-
     return [p.name for p in point_option(cfg.points, num_layers)]
 
 
@@ -227,8 +179,6 @@ def _assumptions(cfg, s: dict) -> list[str]:
 
 
 def _target_raw(cfg: PlanConfig) -> tuple[dict, str]:
-    from eaglewire.plan.shape import read_config_json, target_config
-
     if cfg.hf_config is not None:
         return read_config_json(cfg.hf_config), str(cfg.hf_config)
     return target_config(cfg.target), cfg.target
@@ -266,7 +216,6 @@ def _sized_device(cfg: PlanConfig) -> tuple[PlanConfig, str | None]:
     """
     if cfg.device != "auto":
         return cfg, None
-    from eaglewire.infra.device import auto_device_type
 
     dev = auto_device_type()
     why = "a GPU is visible here" if dev == "cuda" else "no GPU here; --device cuda sizes a GPU run"
@@ -274,9 +223,6 @@ def _sized_device(cfg: PlanConfig) -> tuple[PlanConfig, str | None]:
 
 
 def plan(cfg: PlanConfig) -> dict:
-    from eaglewire.data.pipeline import auto_vocab_size
-    from eaglewire.plan.shape import drafter_shape, target_shape
-
     cfg, auto_note = _sized_device(cfg)
     raw, src = _target_raw(cfg)
     s = target_shape(raw, src)
@@ -305,58 +251,3 @@ def plan(cfg: PlanConfig) -> dict:
             "assumptions": ([auto_note] if auto_note else []) + _assumptions(cfg, s)}
 
 
-def _gib(b: float) -> str:
-    return f"{b / GIB:,.2f} GiB" if b < 1024 * GIB else f"{b / 1024 ** 4:,.2f} TiB"
-
-
-def _duration(hours: float) -> str:
-    """Hours as a person reads them: 9.4 h, 12 min, 3 s, not 6.12e-07."""
-    if hours >= 100:
-        return f"{hours:,.0f} h"
-    if hours >= 1:
-        return f"{hours:,.3g} h"
-    if hours * 60 >= 1:
-        return f"{hours * 60:.3g} min"
-    return f"{hours * 3600:.0f} s" if hours * 3600 >= 1 else "< 1 s"
-
-
-def _print(r: dict) -> None:
-    t, run, dk, dm, hm, tm = r["target"], r["run"], r["disk"], r["device_memory"], r["host_memory"], r["time"]
-    active = f" ({t['active_parameters']:,} active)" if t["num_experts"] else ""
-    print(f"target {r['source']}: {t['num_parameters']:,} parameters{active}, {t['num_layers']} layers, "
-          f"H={t['hidden_size']}, vocab {t['vocab_size']:,} [{t['method']}]")
-    print(f"run: {run['samples']:,} samples x {run['seq_len']} tokens = {run['tokens']:,} tokens, points "
-          f"{', '.join(t['points'])}, features in {run['store_dtype']}, {run['device_type']} x {run['gpus']}  (estimates)")
-    fits = r["fits_one_device"]
-    rows = [("disk: feature shards", _gib(dk["shard_bytes"]), f"{dk['bytes_per_token']:,} B/token"),
-            ("disk: offline total / online total", f"{_gib(dk['offline_total_bytes'])} / {_gib(dk['online_total_bytes'])}", ""),
-            ("device: generate (weights + KV)", _gib(dm["generate"]), "fits" if fits["generate"] else "DOES NOT FIT"),
-            ("device: extract", _gib(dm["extract"]), "fits" if fits["extract"] else "DOES NOT FIT"),
-            ("device: train drafter (offline)", _gib(dm["train_drafter"]), "fits" if fits["train_drafter"] else "DOES NOT FIT"),
-            ("device: online (target + drafter)", _gib(dm["online_train"]), "fits" if fits["online_train"] else "DOES NOT FIT"),
-            ("host: extract / train", f"{_gib(hm['extract'])} / {_gib(hm['train'])}", "")]
-    cp = r["capture"]
-    where = "one whole target per device" if cp["path"] == "in process" else (
-        f"~{cp['devices_needed']} devices for the target: tensor parallel {cp['tensor_parallel_size']} over "
-        f"{cp['nodes']} node(s)")
-    rows.append(("capture path", cp["path"], where))
-    for what, path in (("offline", tm["offline"]), ("online", tm["online"])):
-        parts = ", ".join(f"{k[:-2]} {_duration(v)}" for k, v in path.items() if k != "total_h")
-        rows.append((f"time: {what} (wall)", _duration(path["total_h"]), parts))
-    for a, b, c in rows:
-        print(f"  {a:<36}{b:>22}  {c}")
-    print("assumptions:")
-    for a in r["assumptions"]:
-        print(f"  - {a}")
-    print(f"capture: {cp['command']}")
-
-
-def run_plan(cfg: PlanConfig) -> dict:
-    res = plan(cfg)
-    emit(res, cfg.json, _print)
-    return res
-
-
-def register(app) -> None:
-    build_command(app, "plan", PlanConfig, run_plan,
-                  "Estimate disk, memory and time of the offline and online paths from the target's config (no weights).")

@@ -17,7 +17,18 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.load import (
+    check_gguf,
+    default_gguf,
+    gguf_cache_dir,
+    quiet_transformers,
+    resolve_target_dir,
+)
 
 _EXPERTS = re.compile(r"(^|\.)experts\.")  # routed experts; `shared_experts.` does not match
 EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
@@ -41,21 +52,12 @@ def read_config_json(path: Path) -> dict:
 
 def target_config(source: str) -> dict:
     """The config of a target as other commands name it, without loading its weights."""
-    from eaglewire.target.load import (
-        check_gguf,
-        default_gguf,
-        gguf_cache_dir,
-        quiet_transformers,
-        resolve_target_dir,
-    )
-
     if source == "default" or source.endswith(".gguf"):
         gguf = default_gguf() if source == "default" else Path(source).expanduser()
         check_gguf(gguf)
         d = gguf_cache_dir(gguf)
         if (d / "config.json").is_file():
             return read_config_json(d)
-        from transformers import AutoConfig
 
         quiet_transformers()  # AutoConfig reads the GGUF metadata only (no conversion, no tensors)
         return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name).to_dict()
@@ -165,11 +167,6 @@ def formula_count(raw: dict, where: str = "config") -> dict:
 
 def meta_count(raw: dict) -> dict | None:
     """Exact count by building the model on the meta device; None when transformers cannot."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from eaglewire.target.load import quiet_transformers
-
     quiet_transformers()
     kw = {k: v for k, v in raw.items() if k not in ("model_type", "transformers_version", "auto_map")}
     try:
@@ -201,10 +198,6 @@ def target_shape(raw: dict, where: str) -> dict:
 
 def drafter_shape(raw: dict, num_aux: int, draft_vocab: int, freeze_head: bool) -> dict:
     """The drafter `train` would build for this target, counted on the meta device."""
-    import torch
-
-    from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-
     ns = SimpleNamespace(**_text(raw))
     try:
         dcfg = DrafterConfig.from_target_config(ns, draft_vocab_size=draft_vocab, num_aux=num_aux)

@@ -6,76 +6,10 @@ the CLI for `eaglewire --help` does not load it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
-from eaglewire.data.options import ExtractSettings
-from eaglewire.infra.options import build_command, opt
-from eaglewire.infra.output import emit, json_flag
+from eaglewire.infra.options import build_command
+from eaglewire.infra.output import emit
 from eaglewire.infra.ranks import is_main
-
-# the warm-start levels of eaglewire.drafter.warmstart (named here: that module loads torch)
-INITS = ("random", "head", "target")
-
-
-@dataclass
-class TrainConfig:
-    data: Path = opt(help="dataset directory (eaglewire data build; with --online, data generate)")
-    out: Path = opt(help="run directory: drafter/ (the checkpoint), state/, metrics.csv, tb/")
-    target: str = opt("", "target; default: the one recorded in the dataset manifest (must match its fingerprint), "
-                      "with --online the one generate.config.json records")
-    online: bool = opt(False, "run the target inside the loop on --data's responses.jsonl: no feature shards read or stored")
-    points: list[str] = opt(help="--online: capture points (repeat or comma-separate); default: the EAGLE-3 triple",
-                            factory=list)
-    store_dtype: str = opt(ExtractSettings.dtype, "--online: round features to this dtype, as `data extract "
-                           "--store-dtype` stores them (same losses as offline)", choices=("fp32", "bf16", "fp16"))
-    dtype: str = opt("auto", "--online: target compute dtype (auto: bf16 on CUDA, fp32 on CPU)",
-                     choices=("auto", "fp32", "bf16", "fp16"))
-    vocab_size: int = opt(0, "--online without vocab.safetensors in --data: draft vocab size, counted over the "
-                          "responses as `data vocab` does (0 = auto)", ge=0)
-    max_steps: int = opt(0, "optimizer steps; 0 = --epochs full passes", ge=0)
-    epochs: int = opt(1, "passes over the training split when --max-steps is 0", ge=1)
-    batch_size: int = opt(4, "samples per micro-batch per process", ge=1)
-    grad_accum: int = opt(1, "micro-batches per optimizer step", ge=1)
-    lr: float = opt(3e-4, "peak learning rate (AdamW)", gt=0)
-    min_lr_ratio: float = opt(0.1, "cosine floor as a fraction of --lr", ge=0, le=1)
-    warmup_steps: int = opt(20, "linear warmup steps", ge=0)
-    weight_decay: float = opt(0.0, "AdamW weight decay", ge=0)
-    beta1: float = opt(0.9, "AdamW beta1", ge=0, lt=1)
-    beta2: float = opt(0.95, "AdamW beta2 (EAGLE-3 paper: 0.95)", ge=0, lt=1)
-    grad_clip: float = opt(0.5, "max gradient norm (EAGLE-3 paper: 0.5)", gt=0)
-    ttt_steps: int = opt(7, "unrolled training-time-test steps", ge=1)
-    ttt_decay: float = opt(0.8, "weight of step k is decay**k", gt=0, le=1)
-    target_temperature: float = opt(1.0, "temperature of the target distribution the drafter learns "
-                                    "(1 = forward KL to q; 0 = one-hot on the target's argmax)", ge=0)
-    lk_weight: float = opt(0.0, "weight of the LK loss -log(sum min(p, q)) added to the KL (acceptance-aware, "
-                           "arXiv 2602.23881); 0 = KL only", ge=0)
-    max_len: int = opt(1024, "samples are truncated to this many tokens", ge=3)
-    val_fraction: float = opt(0.05, "share of samples held out for validation", ge=0, lt=1)
-    seed: int = opt(0, "seed for init, split and order")
-    num_layers: int = opt(1, "drafter decoder layers (vLLM serves more than one; SGLang one)", ge=1)
-    intermediate_size: int = opt(0, "drafter MLP width; 0 = the target's intermediate_size (both engines read it "
-                                 "from the exported config)", ge=0)
-    feature_noise: float = opt(0.0, "training only: add uniform noise of +-this fraction of each token's per-slot "
-                               "RMS to the target features (EAGLE's feature noise, made scale-free); 0 = off", ge=0)
-    max_train_samples: int = opt(0, "train on a seeded subset of this many training-split samples (learning "
-                                 "curves; the validation split is unchanged); 0 = all", ge=0)
-    norm_before_residual: bool = opt(False, "residual taken after hidden_norm (some released checkpoints)")
-    fc_norm: bool = opt(False, "per-slot RMSNorm on the fc input")
-    init: str = opt("random", "drafter init: random, head (lm_head rows + final norm from the target), "
-                    "target (head + the decoder layer after the deepest captured point, fc selecting that slot)",
-                    choices=INITS)
-    fc_mix: float = opt(0.0, "--init target: random fc weights on the other slots, each adding this fraction of the "
-                        "deepest slot's RMS at init (0 = the drafter starts on the deepest slot alone)", ge=0)
-    freeze_head: bool = opt(False, "keep lm_head fixed (use with --init head/target): fewer trained weights, faster steps")
-    eval_every: int = opt(0, "validate every N steps (0 = at the end of each epoch and of training)", ge=0)
-    save_every: int = opt(50, "save resumable state every N steps", ge=1)
-    log_every: int = opt(1, "write a metrics row every N steps", ge=1)
-    nan_policy: str = opt("skip", "non-finite batch: skip (counted) or stop (error naming the step)", choices=("skip", "stop"))
-    max_skipped_fraction: float = opt(0.05, "fail the run when more than this share of its steps were skipped", ge=0, le=1)
-    device: str = opt("auto", "auto, cpu, cuda, cuda:N (torchrun: cuda:LOCAL_RANK)")
-    resume: bool = opt(False, "continue from --out/state")
-    json: bool = json_flag("print the final metrics as JSON")
+from eaglewire.training.config import TrainConfig
 
 
 def _print_result(res: dict) -> None:

@@ -30,38 +30,32 @@ import torch
 from tqdm import tqdm
 
 from eaglewire.data.dataset import FeatureDataset, collate
-from eaglewire.data.manifest import Manifest
+from eaglewire.data.manifest import Manifest, manifest_hash
+from eaglewire.data.vocab import load_vocab
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-from eaglewire.drafter.checkpoint import save_checkpoint
-from eaglewire.drafter.provenance import Provenance
 from eaglewire.drafter.ttt import target_full_argmax, ttt_forward
 from eaglewire.drafter.warmstart import deepest_layer_slot, init_from_target_layer, init_head
+from eaglewire.export.checkpoint import save_checkpoint
+from eaglewire.export.provenance import Provenance
+from eaglewire.infra.device import resolve_device
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.locks import dir_lock
 from eaglewire.infra.options import check_ranges, config_to_dict, save_config
-from eaglewire.target.capture import decoder_stack
-from eaglewire.training.cli import TrainConfig
+from eaglewire.targets.capture import decoder_stack
+from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord
+from eaglewire.targets.load import load_target
+from eaglewire.training.config import TrainConfig
+from eaglewire.training.inputs import TrainInputs
+from eaglewire.training.online_features import setup_online
 from eaglewire.training.runstate import MetricsLog, load_run_state, save_state
 from eaglewire.training.torchrun import CallThrough, Dist, unwrap
 
 if TYPE_CHECKING:
-    from eaglewire.data.vocab import DraftVocab
-    from eaglewire.target.load import Target
-    from eaglewire.training.online_features import OnlineDataset
+    pass
 
 _STEP_DELAY = float(os.environ.get("EAGLEWIRE_STEP_DELAY", "0"))  # lets crash tests kill a real run
 
 _RESUME_FREE = {"resume", "json", "device", "log_every"}
-
-
-@dataclass
-class TrainInputs:
-    """What a run trains on, as `_setup` (offline) or `setup_online` finds it."""
-
-    ds: FeatureDataset | OnlineDataset
-    manifest: Manifest
-    target: Target | None  # for the drafter's init and the frozen head; dropped once those are taken
-    vocab: DraftVocab
-    prov: Provenance  # what the checkpoint records; training adds its config, metrics and split
 
 
 @dataclass
@@ -300,14 +294,7 @@ def _check_resume_config(cfg: TrainConfig) -> None:
 
 
 def _setup(cfg: TrainConfig, device):
-    from eaglewire.data.manifest import manifest_hash
-    from eaglewire.data.vocab import load_vocab
-    from eaglewire.target.fingerprint import TargetFingerprint, TargetRecord
-    from eaglewire.target.load import load_target
-
     if cfg.online:
-        from eaglewire.training.online_features import setup_online
-
         return setup_online(cfg, device)
     if cfg.points or cfg.vocab_size:
         raise EaglewireError(f"{cfg.data}: --points and --vocab-size apply to --online only (extracted features "
@@ -343,13 +330,10 @@ def _setup(cfg: TrainConfig, device):
 
 
 def run_train(cfg: TrainConfig) -> dict:
-    from eaglewire.infra.device import resolve_device
-
     check_ranges(cfg)  # also when built in code, not through the CLI
     dd = Dist(resolve_device(cfg.device))  # dd.device: cuda:LOCAL_RANK under torchrun
     if not dd.main:  # rank 0 alone writes the run directory (and holds its lock)
         return _run_train(cfg, dd)
-    from eaglewire.infra.locks import dir_lock
 
     with dir_lock(cfg.out, "train"):
         return _run_train(cfg, dd)

@@ -20,18 +20,23 @@ from pathlib import Path
 
 import torch
 
+from eaglewire.data.config import RESPONSES, ExtractSettings
 from eaglewire.data.extract import forward_features, new_manifest, tokenize_rows
-from eaglewire.data.options import RESPONSES, ExtractSettings
-from eaglewire.drafter.provenance import Provenance
+from eaglewire.data.jsonl import read_jsonl, response_problem
+from eaglewire.data.pipeline import auto_vocab_size
+from eaglewire.data.recorded import GENERATE_CONFIG, recorded_generate
+from eaglewire.data.vocab import TENSORS_FILE, build_draft_vocab, count_tokens, load_vocab
+from eaglewire.export.provenance import Provenance
+from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.device import dtype_from_name, resolve_dtype
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.training.loop import TrainInputs
+from eaglewire.targets.load import load_target, resolve_target_dir
+from eaglewire.targets.points import point_option
+from eaglewire.training.inputs import TrainInputs
 
 
 def read_responses(data: Path) -> list[dict]:
     """The rows extraction would read, or one line naming the missing/empty file."""
-    from eaglewire.data.jsonl import read_jsonl, response_problem
-
     path = Path(data) / RESPONSES
     if not path.is_file():
         raise EaglewireError(f"{path}: missing (--online trains on the answers `eaglewire data generate` writes there)")
@@ -51,8 +56,6 @@ class OnlineDataset(torch.utils.data.Dataset):
 
     def __init__(self, root: Path, rows: list[dict], target, points: list[str], store_dtype: str,
                  max_len: int | None = None, gen: dict | None = None, compute_dtype: torch.dtype = torch.float32):
-        from eaglewire.target.points import point_option
-
         self.pts = point_option(points, target.num_layers)
         # extraction's default truncation and drop rule, unless training reads further than it would store
         seq = max(ExtractSettings.max_seq_len, max_len or 0)
@@ -95,9 +98,6 @@ class OnlineDataset(torch.utils.data.Dataset):
 
 def _vocab(cfg, ds: OnlineDataset, V: int):
     """The dataset's vocab.safetensors when there is one, else the vocab `data vocab` would build from these rows."""
-    from eaglewire.data.pipeline import auto_vocab_size
-    from eaglewire.data.vocab import TENSORS_FILE, build_draft_vocab, count_tokens, load_vocab
-
     if (cfg.data / TENSORS_FILE).is_file():
         if cfg.vocab_size:
             raise EaglewireError(f"{cfg.data / TENSORS_FILE}: a draft vocab exists; --vocab-size applies only without one")
@@ -117,10 +117,7 @@ def _vocab(cfg, ds: OnlineDataset, V: int):
 
 def _source(cfg) -> str:
     """The target `data generate` recorded (the answers are its own); --target may only name the same one."""
-    from eaglewire.data.pipeline import GENERATE_CONFIG, _recorded_generate
-    from eaglewire.target.load import resolve_target_dir
-
-    recorded = _recorded_generate(cfg.data).get("target")
+    recorded = recorded_generate(cfg.data).get("target")
     if not (cfg.target or recorded):
         raise EaglewireError(f"{cfg.data}: --online needs --target (no {GENERATE_CONFIG} records one)")
     if cfg.target and recorded and resolve_target_dir(cfg.target).resolve() != resolve_target_dir(recorded).resolve():
@@ -137,9 +134,6 @@ def setup_online(cfg, device: torch.device) -> TrainInputs:
     drafter's init and the frozen head are the same; `place` then moves it to
     the training device in --dtype for the forwards.
     """
-    from eaglewire.infra.checksums import file_sha256
-    from eaglewire.target.load import load_target
-
     rows = read_responses(cfg.data)
     target = load_target(_source(cfg), device="cpu")
     gen_cfg = cfg.data / "generate.config.json"

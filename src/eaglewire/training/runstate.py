@@ -13,8 +13,10 @@ import pickle
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
+from torch.utils.tensorboard import SummaryWriter
 
-from eaglewire.drafter.checkpoint import load_state
+from eaglewire.export.checkpoint import load_state
 from eaglewire.infra.atomic import atomic_dir, read_json
 from eaglewire.infra.errors import EaglewireError
 
@@ -36,7 +38,6 @@ class MetricsLog:
             w = csv.DictWriter(f, self.fields)
             w.writeheader()
             w.writerows(rows)
-        from torch.utils.tensorboard import SummaryWriter
 
         self.tb = SummaryWriter(str(out / "tb"))
 
@@ -55,8 +56,6 @@ class MetricsLog:
 
 
 def save_state(out: Path, model, opt, step: int, extra: dict) -> None:
-    from safetensors.torch import save_file
-
     with atomic_dir(out / "state") as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
         torch.save(opt.state_dict(), tmp / "optimizer.pt")

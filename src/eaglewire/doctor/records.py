@@ -1,0 +1,82 @@
+"""What an artifact records about its own making: the target, the export's engine, the wiring it was trained with, the export a server loaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eaglewire.doctor.engine_config import ENGINES
+from eaglewire.export.checkpoint import read_provenance, resolve_dir
+from eaglewire.export.exporter import RECORD
+from eaglewire.export.formats import DRAFTER_KEY, ID_ENGINE
+from eaglewire.export.provenance import FILE as PROVENANCE
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.fingerprint import TargetFingerprint
+
+SERVE_RECORD = "serve.json"  # beside the export `eaglewire serve` wrote: what its server loaded
+
+
+def target_source_for(given: str, recorded: str | None, artifact: Path) -> str:
+    """--target, else the target the artifact records; never a silent default for a foreign one."""
+    if not (given or recorded):
+        raise EaglewireError(f"{artifact}: records no target (made elsewhere): pass --target")
+    return given or recorded
+
+
+def exported_for(d: Path) -> str | None:
+    """The engine an `eaglewire export` directory was written for (its record), so that checking it
+    needs no --engine; None for anything else (a checkpoint, another tool's export)."""
+    try:
+        record = json.loads((Path(d) / RECORD).read_text())
+        fmt, spec = record.get("format"), record.get("engine_spec")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(spec, str) and spec.partition("==")[0] in ENGINES:
+        return spec  # with the version the ids were written for (older records name the format only)
+    engine = ID_ENGINE.get(fmt) if isinstance(fmt, str) else None
+    return engine if engine in ENGINES else None
+
+
+def trained_wiring(src: Path) -> tuple[list[str] | None, int | None, str | None, str | None]:
+    """(capture point names, target layers, target model_type, chat template hash) the drafter was
+    trained with: from a checkpoint's provenance, or from the record an `eaglewire export` writes."""
+    if (src / PROVENANCE).is_file():
+        p = read_provenance(src)
+        return p.point_names, p.num_layers, p.fingerprint.model_type, p.chat_template_sha
+    if (src / RECORD).is_file():
+        exp = json.loads((src / RECORD).read_text())
+        fp = TargetFingerprint.from_json(exp.get("target_fingerprint"), f"{src / RECORD}: target_fingerprint")
+        return exp.get("points"), exp.get("target_num_layers"), fp.model_type, exp.get("chat_template_sha")
+    return None, None, None, None
+
+
+def trained_model_config(src: Path) -> dict | None:
+    """The draft layer's config at training time: in an eaglewire checkpoint, or recorded by the export.
+
+    An export records it itself (older exports only name their source checkpoint, which may
+    have moved): without it the rope/eps/norm rows cannot be checked at all.
+    """
+    candidates = [src / "eaglewire.export.json", src / "config.json"]
+    try:
+        source = json.loads(candidates[0].read_text()).get("source")
+        if source:
+            candidates.append(resolve_dir(Path(source)) / "config.json")
+    except (EaglewireError, ValueError, OSError, AttributeError):
+        pass  # no record, or the checkpoint it came from is gone: only what the export recorded is known
+    for p in candidates:
+        try:
+            raw = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(raw, dict) and isinstance(raw.get(DRAFTER_KEY), dict):
+            return raw[DRAFTER_KEY]
+    return None
+
+
+def recorded_export(ckpt: Path) -> Path | None:
+    """The export `eaglewire serve` wrote for this checkpoint (what its server loaded), if any."""
+    rec = ckpt.parent / "serve" / SERVE_RECORD
+    try:
+        return Path(json.loads(rec.read_text())["export"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

