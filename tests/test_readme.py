@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -171,3 +172,63 @@ def test_the_readme_layout_names_every_folder_and_module_of_the_package():
 def test_the_layout_check_sees_a_missing_module():
     layout = _layout()
     assert "points" in layout["targets"] and "engines" in layout and len(layout) >= 10
+
+
+# the scaling recipe on a tiny target and two CPU ranks: each rule names the flag it shrinks
+SCALE_SHRINK = [
+    (r"--nproc_per_node 8", "--nproc_per_node 2"),
+    (r"--concurrency \d+", "--concurrency 4 --max-new-tokens 16"),
+    (r"--config recipes/", f"--epochs 1 --config {ROOT}/recipes/"),
+]
+
+
+def scaling_recipe() -> list[str]:
+    """The README's scaling recipe, one command per line (continuations joined, comments dropped)."""
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- scaling-recipe -->\n```\n(.*?)```\n<!-- /scaling-recipe -->", text, re.S)
+    assert m, "README.md: the scaling recipe block (<!-- scaling-recipe -->) is missing"
+    joined = re.sub(r"\\\n\s*", "", m.group(1))
+    return [ln.split("  #")[0].strip() for ln in joined.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def test_the_readme_scaling_recipe_runs_on_a_tiny_target(tmp_path, monkeypatch):
+    """Every step a GPU user copies, in order, on tiny:llama: served answers, sharded features, the
+    vocabulary, DDP training. A step left out of the recipe (the draft vocabulary was) fails here."""
+    import contextlib
+    import os
+    import subprocess
+    import sys
+
+    from eaglewire.targets.load import resolve_target_dir
+    from eaglewire_testing.serve import free_port, transformers_server
+    from eaglewire_testing.tinydata import USER_PROMPTS
+
+    monkeypatch.chdir(tmp_path)
+    target = str(resolve_target_dir("tiny:llama"))
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": f"{USER_PROMPTS[i % len(USER_PROMPTS)]} ({i})"})
+                                                    + "\n" for i in range(24)))  # > one global batch of 2 ranks
+    lines = scaling_recipe()
+    assert any("data vocab" in ln for ln in lines) and any(ln.startswith("torchrun") for ln in lines)
+    with contextlib.ExitStack() as servers:
+        url = None
+        for line in lines:
+            for pat, repl in SCALE_SHRINK:
+                line = re.sub(pat, repl, line)
+            args = [target if a == "T" else a.replace("T/", target + "/") for a in shlex.split(line)]
+            if args[:2] == ["vllm", "serve"]:  # the tiny target served by `transformers serve` instead
+                url = servers.enter_context(transformers_server(Path(target), tmp_path / "serve.log"))
+                continue
+            if args[0] == "kill":
+                servers.close()
+                continue
+            args = [a.replace("http://localhost:8000", url) if url else a for a in args]
+            if args[0] == "torchrun":
+                cmd = [sys.executable, "-m", "torch.distributed.run", *args[1:3], "--master_port", str(free_port()),
+                       *args[3:]]
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+            else:
+                r = run_cli(*args[1:])
+            assert r.returncode == 0, f"{line}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    assert (tmp_path / "runs/train/drafter/config.json").is_file()
+    assert json.loads((tmp_path / "runs/train/train.config.json").read_text())["config"]["lr"] == 1e-4  # the recipe

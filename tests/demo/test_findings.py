@@ -1,14 +1,26 @@
 """What the demo report tells a newcomer, checked against made-up runs (src/eaglewire_testing/demo_data.py).
 
-The verdict comes first and follows from the data; the chart has one baseline;
-a happy path shows no WARN; every deployment check names a directory of the run.
+The verdict comes first and follows from the data; its headline is the method
+a deployment runs (the chain), fixed before the run, with its range; the
+chart has one baseline; a happy path shows no WARN; every deployment check
+names a directory of the run.
 """
 
 import re
 
 from eaglewire.decoding.bench import _median, plot_speed
-from eaglewire.demo.findings import doctor_rows, verdict_line
+from eaglewire.demo.acceptance import tau_rows
+from eaglewire.demo.findings import (
+    caveats,
+    doctor_rows,
+    fmt_span,
+    round_cost,
+    verdict_line,
+    verdict_tone,
+)
 from eaglewire_testing.demo_data import TPS, check, synthetic_bench, synthetic_log
+
+CHAIN = "eaglewire_chain (what vLLM runs, num_speculative_tokens 4 = chain depth 4): "
 
 
 def _expected_speedup(name: str) -> tuple[float, float, float]:
@@ -16,27 +28,86 @@ def _expected_speedup(name: str) -> tuple[float, float, float]:
     return _median(r), min(r), max(r)
 
 
+def _headline(line: str) -> str:
+    """The verdict up to its secondary method, i.e. what the deployable method is called."""
+    return line.split("; the best measured here", 1)[0]
+
+
 def test_verdict_is_computed_from_the_stages():
-    v, lo, hi = _expected_speedup("eaglewire_tree_lookup")  # the fastest method of the made-up run
+    v, lo, hi = _expected_speedup("eaglewire_chain")
     line = verdict_line(synthetic_log())
-    assert line.startswith(f"Verdict: eaglewire_tree_lookup {v:.2f}x vs eaglewire plain decoding "
-                           f"({lo:.2f}-{hi:.2f} over 2 repeats)")
+    assert line.startswith(f"Verdict: {CHAIN}{v:.2f}x vs eaglewire plain decoding ({lo:.2f}-{hi:.2f} over 2 "
+                           "repeats), faster than plain decoding over its whole range; ")
     assert "outputs identical to transformers generate (3 of 3 prompts, every method)" in line
     assert re.search(r"wiring checks: all \d+ PASS", line)
-    # vLLM's count from bench's chain: tau 1.5 over 400 rounds, 40 of them gated (tau 1)
-    low = 1 + 0.5 * 400 / 360
-    assert f"mean acceptance length {low:.2f}-{low + 3 / 360:.2f}" in line
+    # vLLM's count from bench's chain: tau 1.5 over 400 rounds, 40 of them gated (tau 1): 1.556-1.564, one figure
+    assert "mean acceptance length 1.56 (as vLLM counts it" in line
+
+
+def test_the_headline_is_the_chain_even_when_tree_lookup_is_faster():
+    v, _, _ = _expected_speedup("eaglewire_chain")
+    best, lo, hi = _expected_speedup("eaglewire_tree_lookup")
+    assert best > v + 0.3  # the made-up run's fastest method is the engine-less lookup branch
+    line = verdict_line(synthetic_log())
+    assert _headline(line) == (f"Verdict: {CHAIN}{v:.2f}x vs eaglewire plain decoding (1.10-1.20 over 2 repeats), "
+                               "faster than plain decoding over its whole range")
+    assert (f"; the best measured here: eaglewire_tree_lookup {best:.2f}x ({lo:.2f}-{hi:.2f} over 2 repeats), "
+            "not deployable on an engine: the lookup branch has no engine flag; outputs identical") in line
+
+
+def test_a_range_across_one_is_within_noise_and_drawn_amber():
+    log = synthetic_log(synthetic_bench(repeats=1))  # one repeat: chain 1.10x, per prompt 0.99-1.32x
+    head = _headline(verdict_line(log))
+    assert head == (f"Verdict: {CHAIN}1.10x vs eaglewire plain decoding (1 repeat; per prompt 0.99-1.32x, median "
+                    "1.10x, over 3 prompts), within noise (the range crosses 1.0)")
+    assert verdict_tone(log) == "amber"  # although the lookup branch's whole range (1.27-1.69x) is above 1.0
+    notes = caveats(log, "RUN", {"bench_prompts": 3})
+    assert notes[0] == ("eaglewire_chain's range (0.99-1.32x over 3 prompts) crosses 1.0: this run cannot tell it "
+                        "from plain decoding.")
+    assert notes[1].startswith("To firm it up: `eaglewire bench --drafter RUN/train/drafter --max-prompts 3 ")
+    over_repeats = synthetic_log(synthetic_bench(tps={"eaglewire_chain": [9.6, 10.4]}))
+    assert _headline(verdict_line(over_repeats)).endswith("1.00x vs eaglewire plain decoding (0.96-1.04 over 2 "
+                                                          "repeats), within noise (the range crosses 1.0)")
+    assert verdict_tone(over_repeats) == "amber"
+
+
+def test_a_chain_slower_over_its_whole_range_is_a_loss_drawn_amber():
+    log = synthetic_log(synthetic_bench(tps={"eaglewire_chain": [9.0, 9.4]}))
+    assert _headline(verdict_line(log)).endswith("0.92x vs eaglewire plain decoding (0.90-0.94 over 2 repeats), "
+                                                 "slower than plain decoding over its whole range")
+    assert verdict_tone(log) == "amber"
+    assert verdict_tone(synthetic_log()) == "good"  # the chain's whole range (1.10-1.20) above 1.0
+
+
+def test_without_a_chain_the_headline_falls_back_to_the_tree_with_its_shape():
+    bench = synthetic_bench()
+    del bench["methods"]["eaglewire_chain"]
+    line = verdict_line(synthetic_log(bench))
+    assert line.startswith("Verdict: eaglewire_tree (what SGLang runs, tree top_k 3 / depth 2 / 7 tokens): 1.28x vs "
+                           "eaglewire plain decoding (1.26-1.30 over 2 repeats), faster")
+    del bench["methods"]["eaglewire_tree"]
+    line = verdict_line(synthetic_log(bench))
+    assert line.startswith("Verdict: eaglewire_tree_lookup (not deployable on an engine: the lookup branch has no "
+                           "engine flag): 1.48x") and "the best measured here" not in line
+    del bench["methods"]["eaglewire_tree_lookup"]
+    log = synthetic_log(bench)
+    assert verdict_line(log).startswith("Verdict: no speedup measured") and verdict_tone(log) == "amber"
+
+
+def test_one_figure_when_both_ends_of_a_span_print_alike():
+    assert fmt_span(1.5556, 1.5639) == "1.56" and fmt_span(1.231, 1.279) == "1.23-1.28"
 
 
 def test_verdict_says_when_outputs_differ_or_wiring_fails_and_uses_prompts_for_one_repeat():
     log = synthetic_log(synthetic_bench(repeats=1, differ={"eaglewire_tree": 2}),
                         drafter_checks=[check("points", ok=False, level="error", fix="recapture")])
     line = verdict_line(log)
-    r = TPS["eaglewire_tree_lookup"][0] / TPS["eaglewire_plain"][0]  # the one repeat's ratio
+    r = TPS["eaglewire_chain"][0] / TPS["eaglewire_plain"][0]  # the one repeat's ratio
     assert f"{r:.2f}x vs eaglewire plain decoding (1 repeat; per prompt {r * 0.9:.2f}-{r * 1.2:.2f}x, " \
            f"median {r:.2f}x, over 3 prompts)" in line
     assert "OUTPUTS DIFFER" in line and "eaglewire_tree on 2 of 3 prompts" in line
     assert "NOT PASSED" in line and "identical" not in line
+    assert verdict_tone(log) == "bad"
 
 
 def test_verdict_is_the_first_line_of_the_report(make_run):
@@ -76,6 +147,12 @@ def test_a_bad_verdict_is_not_drawn_green(make_run):
     assert 'class="verdict bad"' in (run / "report.html").read_text()
 
 
+def test_the_box_follows_the_deployable_method_not_the_fastest(make_run):
+    run = make_run(synthetic_log(synthetic_bench(repeats=1)))  # chain within noise, tree_lookup above 1.0
+    html = (run / "report.html").read_text()
+    assert '<p class="verdict slow"><b>Verdict: eaglewire_chain (' in html
+
+
 def _section(md: str, title: str) -> str:
     return md.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
 
@@ -104,9 +181,9 @@ def test_no_check_command_for_an_export_the_run_lacks(make_run):
     assert any("Export for sglang" in r and "(not made in this run)" in r for r in sec)
 
 
-def test_three_taus_are_labelled(make_run):
+def test_the_acceptance_rows_are_labelled(make_run):
     md = (make_run()).joinpath("report.md").read_text()
-    sec = _section(md, "Acceptance: three taus, what each counts")
+    sec = _section(md, "Acceptance (tau and mean acceptance length, incl. the bonus token): what each row counts")
     for label in ("offline chain tau (`doctor drafter`)", "online chain tau (`doctor online`)", "serving tau (`bench`)"):
         assert label in sec
     assert "EVERY answer position" in sec and "count as 1" in sec and "How they relate" in sec
@@ -114,8 +191,6 @@ def test_three_taus_are_labelled(make_run):
 
 def test_verdict_prefers_the_heldout_acceptance_with_its_interval():
     """The held-out stage's figure (ungated, the rounds decoding takes) replaces bench's gated estimate."""
-    from eaglewire.demo.acceptance import tau_rows
-
     log = synthetic_log()
     off = {"mean_acceptance_length": 1.4234, "mean_acceptance_length_ci95": [1.351, 1.502], "samples": 54, "depth": 3,
            "acceptance_rate_per_position": [0.3, 0.09, 0.03]}
@@ -128,8 +203,6 @@ def test_verdict_prefers_the_heldout_acceptance_with_its_interval():
 
 
 def test_a_slower_than_plain_run_says_what_a_round_cost():
-    from eaglewire.demo.findings import caveats, round_cost
-
     bench = {"repeats": 3, "methods": {
         "eaglewire_plain": {"tokens": 500, "seconds": 20.0, "tokens_per_s": 25.0, "speedup_vs_plain": 1.0},
         "eaglewire_tree": {"tokens": 500, "seconds": 22.0, "tokens_per_s": 22.7, "speedup_vs_plain": 0.91, "tau": 1.45,
@@ -143,12 +216,11 @@ def test_a_slower_than_plain_run_says_what_a_round_cost():
     assert not any("drafting round cost" in n for n in caveats({"bench": bench}, "RUN", {}))
 
 
-def test_the_verdict_box_is_amber_when_speculation_lost_to_plain():
-    from eaglewire.demo.report import _bad
-
-    bench = {"methods": {"eaglewire_plain": {"tokens_per_s": 25.0, "speedup_vs_plain": 1.0},
-                         "eaglewire_tree": {"tokens_per_s": 22.0, "speedup_vs_plain": 0.88}}}
-    assert _bad("Verdict: ...", {"bench": bench}) == " slow"
-    bench["methods"]["eaglewire_tree"].update(tokens_per_s=30.0, speedup_vs_plain=1.2)
-    assert _bad("Verdict: ...", {"bench": bench}) == ""
-    assert _bad("Verdict: ... OUTPUTS DIFFER ...", {"bench": bench}) == " bad"
+def test_export_checks_name_their_engine_in_the_doctor_table():
+    labels = {r[0] for r in doctor_rows(synthetic_log()["doctor"])}
+    assert labels == {"dataset", "drafter", "config (sglang export)", "config (vllm export)"}
+    old = synthetic_log()["doctor"]  # a marker from before the engine was recorded: the demo's export order
+    for r in old["reports"]:
+        r.pop("engine", None)
+    assert [r[0] for r in doctor_rows(old) if r[0].startswith("config")][::3] == ["config (sglang export)",
+                                                                                  "config (vllm export)"]

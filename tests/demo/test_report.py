@@ -1,12 +1,14 @@
 """The demo report renders for a person: headless Chromium screenshot shows the plots and tables."""
 
 import json
+import re
 import shutil
 import subprocess
 
 import pytest
 
 from eaglewire_testing.ci import cannot_run
+from eaglewire_testing.demo_data import STAGE_SECONDS, synthetic_bench
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -20,6 +22,44 @@ def test_report_markdown_and_html_content(make_run):
     assert str(prov["points"]["vllm"]) in md and str(prov["points"]["sglang"]) in md
     assert html.count("data:image/png;base64") == 2 and "<table>" in html
     assert (run / "speed.png").stat().st_size > 5_000 and (run / "training.png").stat().st_size > 5_000
+
+
+def _section(md: str, title: str) -> str:
+    return md.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_html_renders_code_spans_and_markdown_keeps_them(make_run):
+    run = make_run()
+    md, html = (run / "report.md").read_text(), (run / "report.html").read_text()
+    assert "| offline chain tau (`doctor drafter`) |" in md
+    assert "<td>offline chain tau (<code>doctor drafter</code>)</td>" in html
+    cells = re.findall(r"<t[dh]>(.*?)</t[dh]>", html)
+    assert len(cells) > 50 and not [c for c in cells if "`" in c]
+    assert "`" not in html  # nor in the verdict, the notes or the lists
+
+
+def test_category_speedups_say_how_many_prompts_they_rest_on(make_run):
+    md = (make_run()).joinpath("report.md").read_text()
+    sec = _section(md, "Per category (held-out prompts; n = prompts per figure)")
+    chain = synthetic_bench()["methods"]["eaglewire_chain"]["speedup_vs_plain"]  # math: prompt 0 (x0.9)
+    math = next(r for r in sec.splitlines() if r.startswith("| math |"))
+    assert math.startswith(f"| math | 1 | 1.50 | {chain * 0.9:.2f}x (n=1) | 1.70 | ")
+    writing = next(r for r in sec.splitlines() if r.startswith("| writing |"))
+    assert f"| {chain * 1.1:.2f}x (n=2) |" in writing
+    assert "1 of 2 categories rest on one prompt (n=1)" in sec and "rest on all 3 prompts" in sec
+
+
+def test_run_section_has_no_json_and_a_stage_table_with_the_total(make_run):
+    md = (make_run()).joinpath("report.md").read_text()
+    run = _section(md, "Run")
+    assert "{" not in run and '"' not in run
+    assert "| settings | topic_prompts 320, bench_prompts 3, bench_tokens 64 |" in run
+    assert "| dataset | 320 samples, 50000 tokens; draft vocab 200 tokens, covering 97.3% of the answer tokens |" in run
+    stages = _section(md, "Wall time per stage")
+    assert [r for r in stages.splitlines() if r.startswith("| ") and "stage" not in r] == [
+        "| data | 330 s (5.5 min) |", "| train | 240 s (4.0 min) |", "| doctor | 12 s (0.2 min) |",
+        "| bench | 114 s (1.9 min) |", "| total | 696 s (11.6 min) |"]
+    assert sum(STAGE_SECONDS.values()) == 696
 
 
 @pytest.mark.integration  # a real browser renders the report
@@ -80,6 +120,7 @@ def test_demo_doctor_checks_the_exports_without_a_warning(tiny_drafter, tmp_path
     reps = _doctor(DemoConfig(target="tiny:llama"), steps)["reports"]
     configs = [r for r in reps if r["command"] == "config"]
     assert len(configs) == 2 and (run / "export" / "sglang" / "config.json").is_file()
+    assert [r["engine"] for r in configs] == ["sglang", "vllm"]  # the report names each row's engine
     assert [r["command"] for r in reps] == ["dataset", "drafter", "config", "config"]
     for r in reps:  # every row of the happy path: dataset, drafter and both exports
         bad = [c for c in r["checks"] if not c["ok"]]

@@ -117,8 +117,11 @@ def test_vllm_capture_equals_in_process_capture(arch, vllm_python, tmp_path):
     first = "layers.0.out" if arch == "deepseek_v3" else "embed"
     points = ["--points", f"{first},layers.2.out,layers.7.out"]
     m_hf = _extract(ours, target, *points)
+    # DeepSeek's bf16 MLA runs compiled, as users run it: eager, vLLM 0.32's CPU MLA put slot 0 13% off
+    # transformers' bf16 (measured), which compiled it does not
+    eager = [] if arch == "deepseek_v3" else EAGER
     m_vllm = _extract(theirs, target, *points, "--engine", "vllm", "--vllm-python", str(vllm_python), "--dtype", dtype,
-                      *EAGER)
+                      *eager)
     assert m_vllm["points"]["names"] == m_hf["points"]["names"]
     assert m_vllm["target"]["fingerprint"] == m_hf["target"]["fingerprint"]
     assert m_vllm["capture"]["engine"] == "vllm" and m_vllm["capture"]["vllm_ids"] == [int(first != "embed"), 3, 8]

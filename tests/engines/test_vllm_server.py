@@ -47,7 +47,7 @@ def test_counter_delta_per_position():
 
 
 def test_spec_counters_reads_vllm_prometheus_lines(monkeypatch):
-    from eaglewire.serve import vllm_server
+    from eaglewire.engines import vllm_server
 
     text = "\n".join([
         "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",

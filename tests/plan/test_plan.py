@@ -107,7 +107,7 @@ def test_kv_cache_estimate_matches_a_real_cache(arch, tiny_targets):
 
 
 def test_plan_reads_no_weights_and_states_its_assumptions(tiny_targets):
-    r = plan(PlanConfig(target="tiny:llama", samples=1000, seq_len=512, device="cuda", gpus=2))
+    r = plan(PlanConfig(target="tiny:llama", samples=1000, seq_len=512, device="cuda", gpus=2, epochs=2))
     assert r["estimate"] is True and len(r["assumptions"]) >= 6
     off, on = r["time"]["offline"], r["time"]["online"]
     # epochs=2: the online path runs the target forward twice, the offline path once
@@ -216,3 +216,75 @@ def test_capture_path_for_a_671b_target_is_vllm_tensor_and_expert_parallel(tmp_p
     assert (c["path"], c["tensor_parallel_size"], c["nodes"]) == (path, tp, nodes)
     assert "--engine vllm" in c["command"] and "--enable-expert-parallel" in c["command"]
     assert c["devices_needed"] * memory * 2**30 >= r["device_memory"]["target_weights"]
+
+
+def _llama_8b(tmp_path):
+    """Llama-3-8B's published shape: the target a first day on an 8-GPU node trains for."""
+    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 128256, "hidden_size": 4096,
+           "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "tie_word_embeddings": False, "max_position_embeddings": 8192}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    return p
+
+
+def test_cpu_fits_verdict_is_against_this_machines_ram(monkeypatch, tiny_targets):
+    """--device cpu runs in the host's RAM: an 80 GiB GPU figure would tell a laptop a wrong "fits"."""
+    from eaglewire.plan import estimate
+
+    stages = ("generate", "extract", "train_drafter", "online_train")
+    monkeypatch.setattr(estimate, "host_ram_bytes", lambda: 1000)  # a machine with 1000 bytes of RAM
+    small = plan(PlanConfig(target="tiny:llama", samples=10, seq_len=64, device="cpu"))
+    assert small["run"]["device_memory_bytes"] == 1000 and small["run"]["device_memory_source"] == "host RAM"
+    assert not any(small["fits_one_device"][k] for k in stages)  # a tiny target fits 80 GiB, not 1000 B
+    assert any("this machine's RAM" in a for a in small["assumptions"])
+    big = 2 * small["device_memory"]["online_train"]
+    monkeypatch.setattr(estimate, "host_ram_bytes", lambda: big)
+    r = plan(PlanConfig(target="tiny:llama", samples=10, seq_len=64, device="cpu"))
+    assert r["run"]["device_memory_bytes"] == big and all(r["fits_one_device"][k] for k in stages)
+    given = plan(PlanConfig(target="tiny:llama", samples=10, seq_len=64, device="cpu", device_memory_gib=1e-6))
+    assert given["run"]["device_memory_bytes"] == pytest.approx(1e-6 * 2**30)  # the flag wins over the RAM
+    assert given["run"]["device_memory_source"] == "--device-memory-gib"
+    cuda = plan(PlanConfig(target="tiny:llama", samples=10, seq_len=64, device="cuda"))
+    assert cuda["run"]["device_memory_bytes"] == 80 * 2**30  # a GPU is not the host
+    out = CliRunner().invoke(app, ["plan", "--target", "tiny:llama", "--samples", "10", "--seq-len", "64",
+                                   "--device", "cpu"]).output
+    assert "DOES NOT FIT" not in out and "this machine's RAM" in out
+
+
+def test_host_ram_is_read_from_this_machine():
+    import os
+
+    from eaglewire.plan.estimate import host_ram_bytes
+
+    assert host_ram_bytes() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def test_host_memory_is_per_rank_and_the_node_total_counts_every_rank(tmp_path):
+    """Every torchrun rank loads the whole target on the host: 8 ranks of an 8B target are ~240 GiB, not 30."""
+    args = ["--model-config", str(_llama_8b(tmp_path)), "--samples", "10000", "--device", "cuda"]
+    r = _plan(*args, "--gpus", "16", "--gpus-per-node", "8")
+    hm, n = r["host_memory"], r["target"]["num_parameters"]
+    assert hm["per"] == "rank" and hm["ranks_per_node"] == 8  # min(--gpus, --gpus-per-node)
+    assert hm["node_train"] == 8 * hm["train"] and hm["node_extract"] == 8 * hm["extract"]
+    assert hm["train"] >= n * 4 and 235 * 2**30 < hm["node_train"] < 260 * 2**30  # fp32 on every rank
+    assert hm["extract"] >= n * 2  # bf16 on the host while loading, before it moves to the device
+    assert _plan(*args, "--gpus", "2")["host_memory"]["ranks_per_node"] == 2
+    out = CliRunner().invoke(app, ["plan", *args, "--gpus", "8"]).output
+    assert "host per rank: extract / train" in out and "host per node (8 ranks): extract / train" in out
+    assert any("host memory is per rank" in a for a in r["assumptions"])
+
+
+def test_plan_sizes_the_training_run_train_makes():
+    """plan's training defaults are train's, and it says which --max-len training truncates to."""
+    from types import SimpleNamespace
+
+    from eaglewire.training.config import TrainConfig
+
+    fields = TrainConfig.__dataclass_fields__
+    train = SimpleNamespace(epochs=fields["epochs"].default, max_len=fields["max_len"].default)
+    assert PlanConfig().epochs == train.epochs and PlanConfig().max_len == train.max_len
+    r = plan(PlanConfig(target="tiny:llama", samples=10, seq_len=2048))
+    assert r["run"]["epochs"] == train.epochs and r["run"]["max_len"] == train.max_len
+    assert r["run"]["train_tokens_per_epoch"] == 10 * train.max_len
+    assert any(f"--max-len {train.max_len}" in a and "--seq-len 2048" in a for a in r["assumptions"])

@@ -9,7 +9,11 @@ import torch
 
 from conftest import ARCHS
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.targets.load import default_gguf, load_gguf, resolve_target_dir
+from eaglewire.targets import load
+from eaglewire.targets.ggufinfo import gguf_tensor_elements
+from eaglewire.targets.load import default_gguf, load_gguf, load_tokenizer, resolve_target_dir
+
+DEFAULT_PARAMS = 134_515_008  # SmolLM2-135M, tied embeddings: the GGUF stores each weight once
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -58,6 +62,44 @@ def test_non_model_dir_and_corrupt_gguf(tmp_path):
     trunc.write_bytes(default_gguf().read_bytes()[:4096])
     with pytest.raises(EaglewireError, match="cannot be read"):
         resolve_target_dir(str(trunc))
+
+
+def test_the_tokenizer_of_a_gguf_is_read_without_writing_its_weights(tmp_path, monkeypatch):
+    """`data generate --server --target model.gguf` needs the tokenizer only: an 8B Q4 GGUF must not
+    become ~30 GiB of fp32 safetensors for it."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("EAGLEWIRE_CACHE", str(cache))  # no converted copy of the default target
+    monkeypatch.setattr(load, "convert_gguf", lambda *a: pytest.fail("the weights were converted"))
+    tok = load_tokenizer("default")
+    files = [f for f in cache.rglob("*") if f.is_file()]
+    assert files and not [f for f in files if f.suffix in (".safetensors", ".bin")]
+    assert sum(f.stat().st_size for f in files) < 20 * 2**20  # the tokenizer: ~3.5 MB, not ~500 MB of weights
+    assert len(tok) == 49152 and tok.chat_template and tok.pad_token_id is not None
+    ids = tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+    monkeypatch.setattr(load, "load_gguf_tokenizer", lambda p: pytest.fail("the GGUF was parsed again"))
+    again = load_tokenizer(str(default_gguf()))  # cached: the GGUF is not read twice
+    assert again.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True) == ids
+
+
+def test_a_gguf_conversion_first_says_how_big_and_where(tmp_path, monkeypatch, capsys):
+    def stop(path):
+        raise EaglewireError("stopped before loading")
+
+    monkeypatch.setattr(load, "load_gguf", stop)
+    out = tmp_path / "converted"
+    with pytest.raises(EaglewireError, match="stopped"):
+        load.convert_gguf(default_gguf(), out)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"~{DEFAULT_PARAMS * 4 / 2**30:.1f} GiB" in err[0] and str(out) in err[0], err
+    assert "fp32" in err[0] and not out.exists()
+
+
+def test_gguf_tensor_elements_reads_the_header(tmp_path):
+    assert gguf_tensor_elements(default_gguf()) == DEFAULT_PARAMS
+    trunc = tmp_path / "t.gguf"
+    trunc.write_bytes(default_gguf().read_bytes()[:4096])
+    assert gguf_tensor_elements(trunc) is None  # the size line says "size unknown" instead of failing
+    assert gguf_tensor_elements(tmp_path / "missing.gguf") is None
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ from eaglewire.data.manifest import Manifest, complete_and_intact
 from eaglewire.data.recorded import recorded_extract_settings
 from eaglewire.engines.vllm_capture import StatesClient, capture_args, plugin_env
 from eaglewire.engines.vllm_env import find_python, is_cpu_build, vllm_version
-from eaglewire.engines.vllm_server import ServeSpec, VllmServer, engine_command, free_port
+from eaglewire.engines.vllm_server import ServeSpec, VllmServer, free_port, serve_command
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.load import load_skeleton, resolve_target_dir
 from eaglewire.targets.points import (
@@ -212,5 +212,4 @@ def print_command(cfg) -> str:
     states_dir = Path(cfg.states_dir or cfg.data / STATES_DIR).resolve()
     spec = server_spec(cfg, resolve_target_dir(cfg.target), ids, states_dir, cpu_build=False)
     spec.port, spec.host = 8000, "0.0.0.0"  # eaglewire may run on another machine than vLLM's head node
-    cmd = engine_command("python", spec)  # [python, -m, module, --model, T, ...]
-    return shlex.join(["vllm", "serve", cmd[4], *cmd[5:]])  # `vllm serve` acts on --headless for nodes > 0
+    return shlex.join(serve_command(spec))  # `vllm serve` acts on --headless for nodes > 0

@@ -144,7 +144,7 @@ def load_vocab(path_dir) -> DraftVocab:
     path, meta_path = d / TENSORS_FILE, d / META_FILE
     for p in (path, meta_path):
         if not p.is_file():
-            raise EaglewireError(f"{p}: missing (expected a draft vocabulary written by save_vocab)")
+            raise EaglewireError(f"{p}: missing: build the draft vocabulary with `eaglewire data vocab {d}`")
     try:
         t = load_file(str(path))
         meta = json.loads(meta_path.read_text())

@@ -14,7 +14,7 @@ from eaglewire.infra.output import json_flag
 class _DraftShape:
     """How much is drafted per step: `generate` and `bench` take the same options (`decoding.run.spec_config` reads them)."""
 
-    depth: int = opt(DEFAULTS["chain_depth"], "chain: draft tokens per step", ge=1)
+    depth: int = opt(DEFAULTS["chain_depth"], "chain: draft tokens per round (vLLM's num_speculative_tokens)", ge=1)
     top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level", ge=1)
     tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels", ge=1)
     total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)", ge=2)

@@ -1,4 +1,4 @@
-"""The report's acceptance section: three taus, each labelled with what it counts.
+"""The report's acceptance section: tau and the mean acceptance length, each row labelled with what it counts.
 
 `doctor drafter`, `doctor online` and `bench` all report "1 + accepted drafts
 per round", but over different rounds (every answer position, or the rounds

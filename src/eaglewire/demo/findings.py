@@ -3,13 +3,27 @@
 Every sentence a newcomer reads first (the verdict, the caveats) is derived
 from the numbers in the run, so a report regenerated from `stages/*.json`
 says the same thing the run measured, and a test can check it on a made-up run.
+The verdict's headline is fixed before the run: the method a deployment runs,
+not the fastest of the day, so noise cannot pick it and no engine-less method
+can be read as what one would get.
 """
 
 from __future__ import annotations
 
 import copy
 
+from eaglewire.demo.deploy import FORMATS
+
+# also the headline's order: the chain is what vLLM runs; the tree (SGLang's) and the lookup branch are fallbacks
 SPEC = ("eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup")
+# what each method is on an engine, with the benchmarked shape (bench's config) it ran in
+ON_ENGINE = {"eaglewire_chain": "what vLLM runs, num_speculative_tokens {depth} = chain depth {depth}",
+             "eaglewire_tree": "what SGLang runs, tree top_k {top_k} / depth {tree_depth} / {total_tokens} tokens",
+             "eaglewire_tree_lookup": "not deployable on an engine: the lookup branch has no engine flag"}
+# the headline's call on its speedup range; only "faster" is drawn green
+CALLS = {"faster": "faster than plain decoding over its whole range", "slower": "slower than plain decoding over its "
+         "whole range", "within noise": "within noise (the range crosses 1.0)",
+         "unranged": "no range measured (1 repeat of 1 prompt), so not called a win or a loss"}
 # checks that find a wrongly wired drafter; the rest of `doctor drafter` grades its quality
 WIRING = {"dataset": None, "config": None, "drafter": {"points", "d2t"}}
 CLEAR_GAIN = 1.05  # a speedup the verdict presents as a gain; below it, a median under 1 is no contradiction
@@ -24,17 +38,64 @@ def best_method(bench: dict) -> tuple[str, dict] | None:
     return max(cands, key=lambda x: x[1]["speedup_vs_plain"]) if cands else None
 
 
-def speedup_phrase(bench: dict, m: dict) -> str:
-    """``1.49x (1.41-1.55 over 2 repeats)``; with one repeat the spread is over prompts, said so."""
-    v, reps = m["speedup_vs_plain"], bench.get("repeats", 1)
+def deployed_method(bench: dict) -> tuple[str, dict] | None:
+    """The method the verdict leads with: the chain vLLM runs, else the first of SPEC the bench timed.
+
+    Chosen by what a deployment runs, never by the result: picking the fastest
+    after the run headlines whichever method the day's noise favoured, and
+    often one no engine can run.
+    """
+    ms = bench.get("methods", {})
+    return next(((n, ms[n]) for n in SPEC if (ms.get(n) or {}).get("speedup_vs_plain")), None)
+
+
+def speedup_range(bench: dict, m: dict) -> dict | None:
+    """The spread the bench recorded for a method: over repeats when it ran several, else over the one repeat's prompts."""
     sp = m.get("speedup_vs_plain_spread") or {}
-    if reps > 1 and sp.get("n", 1) > 1:
-        return f"{v:.2f}x ({sp['min']:.2f}-{sp['max']:.2f} over {sp['n']} repeats)"
+    if bench.get("repeats", 1) > 1 and sp.get("n", 1) > 1:
+        return {"min": sp["min"], "max": sp["max"], "median": sp["median"], "n": sp["n"], "of": "repeats"}
     pp = m.get("speedup_vs_plain_per_prompt") or {}
     if pp.get("n", 1) > 1:
-        return (f"{v:.2f}x (1 repeat; per prompt {pp['min']:.2f}-{pp['max']:.2f}x, median {pp['median']:.2f}x, "
-                f"over {pp['n']} prompts)")
+        return {"min": pp["min"], "max": pp["max"], "median": pp["median"], "n": pp["n"], "of": "prompts"}
+    return None
+
+
+def speedup_call(rng: dict | None) -> str:
+    """A key of CALLS: a win or a loss only when the whole range is on one side of 1.0; touching 1.0 is noise."""
+    if not rng:
+        return "unranged"
+    return "faster" if rng["min"] > 1.0 else "slower" if rng["max"] < 1.0 else "within noise"
+
+
+def speedup_phrase(bench: dict, m: dict) -> str:
+    """``1.49x (1.41-1.55 over 2 repeats)``; with one repeat the spread is over prompts, said so."""
+    v, r = m["speedup_vs_plain"], speedup_range(bench, m)
+    if r and r["of"] == "repeats":
+        return f"{v:.2f}x ({r['min']:.2f}-{r['max']:.2f} over {r['n']} repeats)"
+    if r:
+        return (f"{v:.2f}x (1 repeat; per prompt {r['min']:.2f}-{r['max']:.2f}x, median {r['median']:.2f}x, "
+                f"over {r['n']} prompts)")
     return f"{v:.2f}x (1 repeat)"
+
+
+def on_engine(bench: dict, name: str) -> str:
+    """What `name` is on an engine, in the shape the bench ran it (its depth, or its tree)."""
+    shape = {"depth": "?", "top_k": "?", "tree_depth": "?", "total_tokens": "?", **(bench.get("config") or {})}
+    return ON_ENGINE[name].format(**shape)
+
+
+def headline(bench: dict) -> str:
+    """The deployable method's speedup with its range and its call; a faster engine-less method only second."""
+    dep = deployed_method(bench)
+    if not dep:
+        return "no speedup measured (the bench ran no eaglewire_plain or no speculative method)"
+    name, m = dep
+    call = CALLS[speedup_call(speedup_range(bench, m))]
+    out = f"{name} ({on_engine(bench, name)}): {_vs_plain(speedup_phrase(bench, m))}, {call}"
+    best = best_method(bench)
+    if best and best[0] != name and best[1]["speedup_vs_plain"] > m["speedup_vs_plain"]:
+        out += f"; the best measured here: {best[0]} {speedup_phrase(bench, best[1])}, {on_engine(bench, best[0])}"
+    return out
 
 
 def _vs_plain(phrase: str) -> str:
@@ -92,7 +153,9 @@ def vllm_mean_length(m: dict, num_prompts: int) -> tuple[float, float] | None:
 
 
 def fmt_span(lo: float, hi: float) -> str:
-    return f"{lo:.2f}" if hi - lo < 0.005 else f"{lo:.2f}-{hi:.2f}"
+    """One figure when both ends print alike (never ``1.56-1.56``)."""
+    a, b = f"{lo:.2f}", f"{hi:.2f}"
+    return a if a == b else f"{a}-{b}"
 
 
 def heldout_phrase(log: dict) -> str | None:
@@ -107,12 +170,9 @@ def heldout_phrase(log: dict) -> str | None:
 
 
 def verdict_line(log: dict) -> str:
-    """One line a newcomer reads first: speedup (with spread), identical outputs, wiring, acceptance."""
+    """One line a newcomer reads first: the deployable speedup (with spread), identical outputs, wiring, acceptance."""
     bench = log.get("bench", {})
-    best = best_method(bench)
-    parts = [f"{best[0]} {_vs_plain(speedup_phrase(bench, best[1]))}" if best
-             else "no speedup measured (the bench ran no eaglewire_plain or no speculative method)"]
-    parts += [outputs_phrase(bench), wiring_phrase(log.get("doctor", {}))]
+    parts = [headline(bench), outputs_phrase(bench), wiring_phrase(log.get("doctor", {}))]
     held = heldout_phrase(log)
     chain = bench.get("methods", {}).get("eaglewire_chain") or {}
     span = vllm_mean_length(chain, bench.get("num_prompts", 0))
@@ -122,6 +182,16 @@ def verdict_line(log: dict) -> str:
         parts.append(f"mean acceptance length {fmt_span(*span)} (as vLLM counts it: 1 + accepted per drafting "
                      f"round; chain depth {(bench.get('config') or {}).get('depth', '?')})")
     return "Verdict: " + "; ".join(parts) + "."
+
+
+def verdict_tone(log: dict) -> str:
+    """The verdict box's colour, read before its words: "bad" (red) when outputs differ or wiring failed,
+    "good" (green) only when the deployable method is faster over its whole range, else "amber"."""
+    bench = log.get("bench", {})
+    if outputs_phrase(bench).startswith("OUTPUTS DIFFER") or "NOT PASSED" in wiring_phrase(log.get("doctor", {})):
+        return "bad"
+    dep = deployed_method(bench)
+    return "good" if dep and speedup_call(speedup_range(bench, dep[1])) == "faster" else "amber"
 
 
 def round_cost(bench: dict, method: str) -> dict | None:
@@ -139,26 +209,38 @@ def round_cost(bench: dict, method: str) -> dict | None:
 def caveats(log: dict, run, p: dict) -> list[str]:
     """Why the verdict's speedup may not hold up, each from a figure of this run, with the command to firm it up."""
     bench = log.get("bench", {})
-    best = best_method(bench)
+    dep = deployed_method(bench)
     out = []
     ratio = bench.get("plain_vs_hf_generate")
     if ratio is not None and ratio < 0.8:
         out.append(f"eaglewire plain decoding ran at {ratio:.2f}x transformers generate here (about 1x on a quiet "
                    "machine, measured in docs/results.md): the machine was likely busy, so the timings are noisy.")
-    pp = (best[1].get("speedup_vs_plain_per_prompt") or {}) if best else {}
-    if best and pp.get("n", 1) > 1 and pp["median"] < 1 and best[1]["speedup_vs_plain"] >= CLEAR_GAIN:
-        out.append(f"The median prompt ran slower than plain decoding ({pp['median']:.2f}x): the total is carried "
-                   "by a few prompts.")
-    cost = round_cost(bench, best[0]) if best else None
-    if cost and best[1].get("speedup_vs_plain", 1) < 1:
-        out.append(f"Speculation ran slower than plain decoding because a drafting round cost {cost['ratio']:.2f} plain "
-                   f"decode steps here (verify {cost['verify_ms']:.0f} ms + draft {cost['draft_ms']:.0f} ms against "
-                   f"{cost['plain_ms']:.0f} ms), more than the {best[1]['tau']:.2f} tokens a round gave. On a "
-                   "GPU a verify of a few tokens costs about one decode step (docs/results.md, 'Why the speedup trails tau').")
+    if dep:
+        out += _method_caveats(bench, *dep)
     if out and bench.get("repeats", 1) < 3:
         out.append(f"To firm it up: `eaglewire bench --drafter {run}/train/drafter --max-prompts "
                    f"{p.get('bench_prompts', 9)} --max-new-tokens {p.get('bench_tokens', 64)} --repeats 3 "
                    f"--out {run}/bench-repeats` on an otherwise idle machine.")
+    return out
+
+
+def _method_caveats(bench: dict, name: str, m: dict) -> list[str]:
+    """The headline method's own: a range across 1.0, a total a few prompts carry, a round that cost more than it gave."""
+    out = []
+    rng = speedup_range(bench, m)
+    if speedup_call(rng) == "within noise":
+        out.append(f"{name}'s range ({rng['min']:.2f}-{rng['max']:.2f}x over {rng['n']} {rng['of']}) crosses 1.0: "
+                   "this run cannot tell it from plain decoding.")
+    pp = m.get("speedup_vs_plain_per_prompt") or {}
+    if pp.get("n", 1) > 1 and pp["median"] < 1 and m["speedup_vs_plain"] >= CLEAR_GAIN:
+        out.append(f"The median prompt ran slower than plain decoding ({pp['median']:.2f}x): the total is carried "
+                   "by a few prompts.")
+    cost = round_cost(bench, name)
+    if cost and m.get("speedup_vs_plain", 1) < 1:
+        out.append(f"Speculation ran slower than plain decoding because a drafting round cost {cost['ratio']:.2f} plain "
+                   f"decode steps here (verify {cost['verify_ms']:.0f} ms + draft {cost['draft_ms']:.0f} ms against "
+                   f"{cost['plain_ms']:.0f} ms), more than the {m['tau']:.2f} tokens a round gave. On a "
+                   "GPU a verify of a few tokens costs about one decode step (docs/results.md, 'Why the speedup trails tau').")
     return out
 
 
@@ -171,10 +253,27 @@ def demote(report: dict) -> dict:
     return report
 
 
+def doctor_labels(reports: list[dict]) -> list[str]:
+    """Each report's name in the table: an export check names its engine, else the sglang and vllm rows read alike.
+
+    A marker written before the demo recorded the engine gets it from the order
+    the demo checks the exports in (deploy.FORMATS).
+    """
+    labels, k = [], 0
+    for r in reports:
+        if r["command"] == "config":
+            labels.append(f"config ({r.get('engine') or (FORMATS[k] if k < len(FORMATS) else '?')} export)")
+            k += 1
+        else:
+            labels.append(r["command"])
+    return labels
+
+
 def doctor_rows(doc: dict) -> list[list[str]]:
     """Verdict rows; a WARN carries its fix, and a warning the demo's user cannot act on is INFO."""
     rows = []
-    for r in doc.get("reports", []):
+    reports = doc.get("reports", [])
+    for label, r in zip(doctor_labels(reports), reports):
         for c in demote(copy.deepcopy(r))["checks"]:
             detail = c["detail"]
             if c.get("informational"):
@@ -184,5 +283,5 @@ def doctor_rows(doc: dict) -> list[list[str]]:
             else:
                 mark = "WARN" if c["level"] == "warning" else "FAIL"
                 detail += f"; fix: {c['fix']}" if c.get("fix") else ""
-            rows.append([r["command"], c["name"], mark, detail])
+            rows.append([label, c["name"], mark, detail])
     return rows

@@ -11,16 +11,17 @@ from __future__ import annotations
 import base64
 import csv
 import html
-import json
 from pathlib import Path
 
 from eaglewire.decoding.bench import fmt_ratio, plot_speed
 from eaglewire.demo.acceptance import prediction_row, tau_relation, tau_rows
 from eaglewire.demo.deploy import export_rows, more_lines
-from eaglewire.demo.findings import best_method, caveats, doctor_rows, verdict_line
+from eaglewire.demo.findings import caveats, doctor_rows, verdict_line, verdict_tone
 from eaglewire.infra.plots import pyplot
 
 LOSS_LABEL = "loss (nats/token, sum over TTT steps)"
+# six rows, two measures: tau and the mean acceptance length both count 1 + accepted drafts per round
+ACCEPTANCE = "Acceptance (tau and mean acceptance length, incl. the bonus token): what each row counts"
 
 
 def _plot_training(run: Path, out: Path) -> Path | None:
@@ -80,28 +81,62 @@ def _bench_rows(bench: dict) -> list[list[str]]:
 
 
 def _category_rows(bench: dict) -> list[list[str]]:
+    """A category's speedup rests on its few prompts (often one): each speed cell says on how many."""
     rows = []
     for cat, r in (bench.get("categories") or {}).items():
         cells = [cat, str(r["prompts"])]
         for m in ("eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup"):
             c = r.get(m) or {}
             cells += [f"{c['tau']:.2f}" if c.get("tau") else "-",
-                      f"{c['speedup_vs_plain']:.2f}x" if c.get("speedup_vs_plain") else "-"]
+                      f"{c['speedup_vs_plain']:.2f}x (n={r['prompts']})" if c.get("speedup_vs_plain") else "-"]
         rows.append(cells)
     return rows
 
 
+def _category_lines(bench: dict) -> list[str]:
+    cats = bench.get("categories") or {}
+    ones = [c for c, r in cats.items() if r["prompts"] == 1]
+    if not ones:
+        return []
+    return [f"n = the prompts a category's figure rests on; {len(ones)} of {len(cats)} categories rest on one prompt "
+            f"(n=1), so their figure is that prompt's, not the category's: the totals in 'Speed' rest on all "
+            f"{bench.get('num_prompts', '?')} prompts."]
+
+
+def _kv(d: dict) -> str:
+    """``key value, ...``: settings for a person to read, not JSON to parse."""
+    return ", ".join(f"{k} {v}" for k, v in d.items())
+
+
+def _dataset(data: dict) -> str:
+    ex, voc = data.get("extract") or {}, data.get("vocab") or {}
+    out = f"{ex.get('num_samples', '?')} samples, {ex.get('num_tokens', '?')} tokens"
+    if voc.get("size"):
+        out += f"; draft vocab {voc['size']} tokens" + (f", covering {voc['coverage']:.1%} of the answer tokens"
+                                                        if voc.get("coverage") is not None else "")
+    return out
+
+
 def _run_rows(preset: str, p: dict, log: dict) -> list[list[str]]:
-    bench, data = log.get("bench", {}), log.get("data", {})
+    bench = log.get("bench", {})
     val = log.get("train", {}).get("validation", {})
     return [["preset", preset + (" (a SMALL run: minutes of CPU; see 'How to get more')" if preset == "quick" else "")],
-            ["settings", json.dumps(p)],
+            ["settings", _kv(p)],
             ["validation acc per TTT step (in-draft-vocab positions)", " ".join(f"{a:.3f}" for a in val.get("acc", []))],
             ["eaglewire plain vs transformers generate (no speculation)",
              f"{bench['plain_vs_hf_generate']:.2f}x: speculation's own gain is the 'vs eaglewire plain' column"
              if bench.get("plain_vs_hf_generate") else "-"],
-            ["stage seconds", ", ".join(f"{k} {v.get('seconds', 0):.0f}s" for k, v in log.items())],
-            ["dataset", json.dumps({k: data.get(k) for k in ("vocab",)} | {"samples": (data.get("extract") or {}).get("num_samples")})]]
+            ["dataset", _dataset(log.get("data", {}))]]
+
+
+def _minutes(s: float) -> str:
+    return f"{s:.0f} s ({s / 60:.1f} min)"
+
+
+def _stage_rows(log: dict) -> list[list[str]]:
+    """Each stage's wall time from its marker's "seconds", and their total: what the run took end to end."""
+    secs = {k: v["seconds"] for k, v in log.items() if isinstance(v, dict) and isinstance(v.get("seconds"), (int, float))}
+    return [[k, _minutes(v)] for k, v in secs.items()] + ([["total", _minutes(sum(secs.values()))]] if secs else [])
 
 
 def _sections(run: Path, preset: str, p: dict, log: dict) -> list[tuple[str, list[str], list[list[str]], list[str]]]:
@@ -114,15 +149,19 @@ def _sections(run: Path, preset: str, p: dict, log: dict) -> list[tuple[str, lis
         ("Speed (greedy, shipped held-out prompts, methods interleaved per prompt)",
          ["method", "tok/s", "vs eaglewire plain", "vs transformers generate", "tau (bench; see Acceptance)",
           "cumulative acceptance per position", "prompts differing from transformers generate"], _bench_rows(bench), []),
-        ("Acceptance: three taus, what each counts", ["measurement", "value", "what it counts", "evaluated on"],
+        (ACCEPTANCE, ["measurement", "value", "what it counts", "evaluated on"],
          tau_rows(log, run), [tau_relation(log)] + pred_line),
-        ("Per category (held-out prompts)", ["category", "prompts", "chain tau", "chain vs plain", "tree tau",
-                                             "tree vs plain", "tree+lookup tau", "tree+lookup vs plain"],
-         _category_rows(bench), []),
+        ("Per category (held-out prompts; n = prompts per figure)", ["category", "prompts", "chain tau",
+                                                                     "chain vs plain", "tree tau", "tree vs plain",
+                                                                     "tree+lookup tau", "tree+lookup vs plain"],
+         _category_rows(bench), _category_lines(bench)),
         ("Doctor verdicts", ["doctor", "check", "verdict", "detail"], doctor_rows(log.get("doctor", {})), []),
         ("Export, serve and check a deployment", ["what", "command / value"], export_rows(run, bench), []),
         ("How to get more", [], [], more_lines(preset, p, log)),
         ("Run", ["item", "value"], _run_rows(preset, p, log), []),
+        ("Wall time per stage", ["stage", "wall time"], _stage_rows(log),
+         ["From each stage's marker (stages/*.json); a stage kept from an earlier run counts with that run's time, "
+          "and writing this report is not included."]),
     ]
 
 
@@ -143,8 +182,8 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def _html_table(head: list[str], rows: list[list[str]]) -> str:
-    h = "".join(f"<th>{html.escape(x)}</th>" for x in head)
-    b = "".join("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in r) + "</tr>" for r in rows)
+    h = "".join(f"<th>{_inline(x)}</th>" for x in head)
+    b = "".join("<tr>" + "".join(f"<td>{_inline(x)}</td>" for x in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{h}</tr></thead><tbody>{b}</tbody></table>"
 
 
@@ -165,13 +204,7 @@ CSS = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
        ".note{background:#fff6d6;padding:8px;border-left:4px solid #e0b000}code{background:#f4f4f4}")
 
 
-def _bad(verdict: str, log: dict | None = None) -> str:
-    """A red box when outputs differ or wiring failed, amber when speculation ran slower than plain decoding:
-    a green one would be read before the words."""
-    if "OUTPUTS DIFFER" in verdict or "NOT PASSED" in verdict:
-        return " bad"
-    best = best_method((log or {}).get("bench", {}))
-    return " slow" if best and best[1].get("speedup_vs_plain", 1.0) < 1.0 else ""
+BOX = {"bad": " bad", "amber": " slow", "good": ""}  # verdict_tone -> the verdict box's CSS class
 
 
 def write_report(run: Path, preset: str, p: dict, log: dict) -> dict:
@@ -187,7 +220,7 @@ def write_report(run: Path, preset: str, p: dict, log: dict) -> dict:
     for title, head, rows, after in sections:
         md += [f"## {title}", ""] + ([_md_table(head, rows), ""] if head else []) + _md_lines(after) + [""]
     (run / "report.md").write_text("\n".join(md))
-    body = [f"<h1>eaglewire demo report ({html.escape(preset)})</h1>", f'<p class="verdict{_bad(verdict, log)}"><b>{html.escape(verdict)}</b></p>']
+    body = [f"<h1>eaglewire demo report ({html.escape(preset)})</h1>", f'<p class="verdict{BOX[verdict_tone(log)]}"><b>{_inline(verdict)}</b></p>']
     body += [f'<p class="note">{_inline(n)}</p>' for n in notes]
     body += ["<h2>Training curves</h2>", _img(train_png), "<h2>Speed</h2>", _img(speed_png)]
     for title, head, rows, after in sections:

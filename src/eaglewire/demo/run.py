@@ -77,8 +77,10 @@ def _doctor(cfg: DemoConfig, steps: list) -> dict:
     for ex, chk in zip(exports, checks):  # what a user deploys: the exports, checked against the training config
         run_export(dataclasses.replace(ex, force=ex.out.exists()))
         # the training config as `doctor config EXPORT` finds it: in the export's own record
-        reps.append(doctor_config(chk.drafter_dir, chk.engine, t.num_layers, prov.point_names, prov.chat_template_sha,
-                                  chat_template_hash(t.tokenizer), trained_model_config(chk.drafter_dir), arch))
+        rep = doctor_config(chk.drafter_dir, chk.engine, t.num_layers, prov.point_names, prov.chat_template_sha,
+                            chat_template_hash(t.tokenizer), trained_model_config(chk.drafter_dir), arch)
+        rep.data["engine"] = chk.engine  # the report names each export's engine: two `config` rows read alike
+        reps.append(rep)
     # a warning the demo's user cannot act on (its preset fixed the cause) is recorded as informational
     return {"reports": [demote(r.to_dict()) for r in reps]}
 

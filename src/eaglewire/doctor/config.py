@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from eaglewire.export.config import DEPTH
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
 from eaglewire.targets.points import DEFAULT_ENGINE
@@ -25,8 +26,8 @@ class DoctorDrafterConfig:
     data: Path = opt(help="dataset captured at the drafter's points")
     target: str = opt("", "target (for its lm_head); default: the drafter's provenance")
     samples: int = opt(64, "samples to evaluate (from the held-out split when --data is the training dataset)")
-    depth: int = opt(4, "chain depth of the offline mean acceptance length (4: eaglewire's chain default; for vLLM, "
-                     "its num_speculative_tokens)", ge=1)
+    depth: int = opt(DEPTH, "draft tokens per round of the offline mean acceptance length (vLLM's "
+                     "num_speculative_tokens)", ge=1)
     json: bool = json_flag()
 
 

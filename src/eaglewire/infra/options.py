@@ -53,6 +53,7 @@ RENAMED: dict[str, Renamed] = {
     "--device-type": Renamed("--device", "device_type"),
     "--num-layers": Renamed("--target-layers", "num_layers", "the drafter's layer count", ("train",)),
     "--from": Renamed("--layers-from", "from_engine"),
+    "--speculative-tokens": Renamed("--depth", "speculative_tokens"),
 }
 
 
@@ -185,7 +186,11 @@ def load_config_file(cls, path: Path) -> dict:
     if not isinstance(raw, dict):
         raise EaglewireError(f"--config {path}: expected a JSON object of {cls.__name__} fields")
     raw = renamed_keys(cls, raw, f"--config {path}")
-    config_from_dict(cls, raw, source=f"--config {path}")  # reject unknown keys early
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - names)  # rejected early; required options may come as flags (a recipe file)
+    if unknown:
+        raise EaglewireError(f"--config {path}: unknown key(s) {', '.join(unknown)} "
+                             f"(expected a subset of: {', '.join(sorted(names))})")
     return raw
 
 

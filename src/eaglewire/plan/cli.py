@@ -22,6 +22,10 @@ def _duration(hours: float) -> str:
     return f"{hours * 3600:.0f} s" if hours * 3600 >= 1 else "< 1 s"
 
 
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
 def _print(r: dict) -> None:
     t, run, dk, dm, hm, tm = r["target"], r["run"], r["disk"], r["device_memory"], r["host_memory"], r["time"]
     active = f" ({t['active_parameters']:,} active)" if t["num_experts"] else ""
@@ -32,11 +36,17 @@ def _print(r: dict) -> None:
     fits = r["fits_one_device"]
     rows = [("disk: feature shards", _gib(dk["shard_bytes"]), f"{dk['bytes_per_token']:,} B/token"),
             ("disk: offline total / online total", f"{_gib(dk['offline_total_bytes'])} / {_gib(dk['online_total_bytes'])}", ""),
+            ("device: memory the verdicts compare with", _gib(run["device_memory_bytes"]),
+             "this machine's RAM" if run["device_memory_source"] == "host RAM" else "per device"),
             ("device: generate (weights + KV)", _gib(dm["generate"]), "fits" if fits["generate"] else "DOES NOT FIT"),
             ("device: extract", _gib(dm["extract"]), "fits" if fits["extract"] else "DOES NOT FIT"),
             ("device: train drafter (offline)", _gib(dm["train_drafter"]), "fits" if fits["train_drafter"] else "DOES NOT FIT"),
             ("device: online (target + drafter)", _gib(dm["online_train"]), "fits" if fits["online_train"] else "DOES NOT FIT"),
-            ("host: extract / train", f"{_gib(hm['extract'])} / {_gib(hm['train'])}", "")]
+            ("host per rank: extract / train", f"{_gib(hm['extract'])} / {_gib(hm['train'])}",
+             "each torchrun rank loads the whole target"),
+            (f"host per node ({_ranks(hm['ranks_per_node'])}): extract / train",
+             f"{_gib(hm['node_extract'])} / {_gib(hm['node_train'])}",
+             "" if hm["extract_processes_per_node"] == hm["ranks_per_node"] else "extract: one process drives vLLM")]
     cp = r["capture"]
     where = "one whole target per device" if cp["path"] == "in process" else (
         f"~{cp['devices_needed']} devices for the target: tensor parallel {cp['tensor_parallel_size']} over "
@@ -46,7 +56,7 @@ def _print(r: dict) -> None:
         parts = ", ".join(f"{k[:-2]} {_duration(v)}" for k, v in path.items() if k != "total_h")
         rows.append((f"time: {what} (wall)", _duration(path["total_h"]), parts))
     for a, b, c in rows:
-        print(f"  {a:<36}{b:>22}  {c}")
+        print(f"  {a:<42}{b:>22}  {c}")
     print("assumptions:")
     for a in r["assumptions"]:
         print(f"  - {a}")

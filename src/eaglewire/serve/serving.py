@@ -21,8 +21,9 @@ from eaglewire.decoding.engine import SpecEngine
 from eaglewire.decoding.run import encode_prompt_file
 from eaglewire.doctor.live import doctor_live, static_check_for
 from eaglewire.doctor.records import SERVE_RECORD
+from eaglewire.engines.sglang import launch_line
 from eaglewire.engines.vllm_env import find_python, vllm_version
-from eaglewire.engines.vllm_server import ServeSpec, VllmServer, engine_command
+from eaglewire.engines.vllm_server import ServeSpec, VllmServer, engine_command, serve_command
 from eaglewire.export.checkpoint import read_provenance, resolve_dir
 from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
@@ -49,23 +50,60 @@ def _spec(cfg: ServeConfig, target_dir: Path, export_dir: Path, device_type: str
                      dtype=dtype, max_model_len=cfg.max_model_len, memory_fraction=mem)
 
 
+def _served_target(source: str) -> str:
+    """The target as another machine's engine names it: a hub id or path as recorded; eaglewire's own
+    names (`default`, `tiny:*`) only exist here, so their converted directory is printed instead."""
+    if source == "default" or source.startswith("tiny:"):
+        where = resolve_target_dir(source)
+        print(f"note: target {source!r} is eaglewire's own name; the command loads its converted copy {where} "
+              "(copy it along, or pass --target with the model as the serving machine loads it)", file=sys.stderr)
+        return str(where)
+    return source
+
+
+def print_commands(cfg: ServeConfig, ckpt: Path, source: str) -> dict:
+    """The export and the engine command for the machine that will serve: run there, in this order.
+
+    Nothing is written and no engine is looked for here (this may be a laptop printing for a GPU
+    box); the engine's own dtype and memory defaults apply unless the user set them."""
+    out = cfg.out or ckpt.parent / "serve"
+    export_dir = out / cfg.engine
+    version = f" --engine-version {shlex.quote(cfg.engine_version)}" if cfg.engine_version else ""
+    export = (f"eaglewire export {shlex.quote(str(ckpt))} --format {cfg.engine}{version} "
+              f"--out {shlex.quote(str(export_dir))} --force")
+    target = _served_target(source)
+    if cfg.engine == "sglang":
+        engine = launch_line(target, export_dir, cfg.depth, host=cfg.host, port=cfg.port)
+    else:
+        spec = ServeSpec(target_dir=Path(target), drafter_dir=export_dir, depth=cfg.depth, port=cfg.port,
+                         host=cfg.host, dtype="" if cfg.dtype == "auto" else cfg.dtype,
+                         max_model_len=cfg.max_model_len, memory_fraction=cfg.memory_fraction)
+        engine = shlex.join(serve_command(spec))
+    return {"engine": cfg.engine, "export_command": export, "command": engine, "export": str(export_dir),
+            "target": source, "depth": cfg.depth}
+
+
 def run_serve(cfg: ServeConfig) -> dict:
     ckpt = resolve_dir(cfg.drafter)
     prov = read_provenance(ckpt)
     source = cfg.target or prov.target.source
     if not source:
         raise EaglewireError(f"{ckpt}: records no target (imported): pass --target")
+    if cfg.print_command:
+        res = print_commands(cfg, ckpt, source)
+        emit(res, cfg.json, lambda r: print(f"{r['export_command']}\n{r['command']}"))
+        return res
+    if cfg.engine != "vllm":
+        raise EaglewireError(f"--engine {cfg.engine}: eaglewire starts and checks vLLM only; --print-command prints "
+                             f"the {cfg.engine} command for the machine that will serve")
     out = cfg.out or ckpt.parent / "serve"
-    py, version = (Path("python"), None) if cfg.print_command else _python(cfg)
+    py, version = _python(cfg)
     exp = _export(cfg, ckpt, out, version)
     spec = _spec(cfg, resolve_target_dir(source), Path(exp["out"]).resolve(), "cuda" if torch.cuda.is_available() else "cpu")
     cmd = engine_command(py, spec)
     res = {"url": spec.url, "command": shlex.join(cmd), "export": exp["out"], "ids": exp["ids"], "engine": exp["engine"],
            "target": source, "log": str(out / "vllm.log")}
     write_json_atomic(out / SERVE_RECORD, res)
-    if cfg.print_command:
-        emit(res, cfg.json, lambda r: print(r["command"]))
-        return res
     print(f"[serve] {res['command']}", file=sys.stderr, flush=True)
     server = VllmServer(py, spec, out / "vllm.log").start(timeout=cfg.startup_timeout)
     try:

