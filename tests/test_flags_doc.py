@@ -147,7 +147,7 @@ def test_one_default_per_concept():
     assert shard == {"`256`"}
     # ids mean nothing without their engine: `layers` never assumes one (a wrong default is an off-by-one layer)
     assert LayersConfig.__dataclass_fields__["layers_from"].default is dataclasses.MISSING
-    assert DoctorOnlineConfig.__dataclass_fields__["engine"].default == DEFAULT_ENGINE
+    assert DoctorOnlineConfig.__dataclass_fields__["layers_from"].default == DEFAULT_ENGINE
     assert ServeConfig.__dataclass_fields__["engine"].default == DEFAULT_ENGINE
 
 
@@ -197,3 +197,14 @@ def test_ids_are_never_read_with_a_guessed_engine(tmp_path):
     (d / "config.json").write_text(json.dumps({"eagle_aux_hidden_state_layer_ids": [2, 15, 27]}))
     r = run_cli("doctor", "config", str(d), "--target-layers", "30")
     assert r.returncode != 0 and "records no export" in r.stderr and "--engine" in r.stderr
+
+
+def test_doctor_online_names_the_ids_engine_layers_from_and_keeps_engine_as_an_alias(tmp_path):
+    """`doctor online --engine` meant what `--layers-from` means elsewhere: the old flag still works, deprecated."""
+    from eaglewire.doctor.config import DoctorOnlineConfig
+
+    r = CliRunner().invoke(app, ["doctor", "online", "--help"], env={"COLUMNS": "200"})
+    assert "--layers-from" in r.output and "--engine " not in r.output
+    saved = tmp_path / "c.json"
+    saved.write_text('{"drafter": "d", "data": "x", "engine": "sglang"}')  # a config saved before the rename
+    assert load_config_file(DoctorOnlineConfig, saved)["layers_from"] == "sglang"

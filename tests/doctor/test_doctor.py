@@ -286,3 +286,17 @@ def test_offline_rounds_are_replayed_like_a_greedy_server():
     # rounds at t=1 (2 accepted) -> t=4 (2) -> t=7 (0): 3 rounds, position 0 accepted twice, position 1 twice
     assert acc.drafts == 3 and acc.accepted_per_pos == [2, 2]
     assert acc.mean_length == 1 + 4 / 3
+
+
+def test_doctor_drafter_on_a_target_it_does_not_fit_is_one_line(tiny_drafter, tmp_path):
+    """A drafter made for another target (hidden 32, vocab 97 vs tiny:llama's 64, 384) is named, not a shape traceback."""
+    from eaglewire_testing.cli import run_cli
+    from eaglewire_testing.export_helpers import make_ckpt
+
+    _, data = tiny_drafter
+    ck, _ = make_ckpt(tmp_path / "other")
+    r = run_cli("doctor", "drafter", ck, "--data", data, "--target", "tiny:llama", "--samples", "2")
+    assert r.returncode != 0 and "Traceback" not in r.stderr + r.stdout
+    assert "does not fit target" in r.stderr and "vocab 97" in r.stderr and "--target" in r.stderr, r.stderr
+    missing = run_cli("doctor", "drafter", tmp_path / "typo", "--data", data)
+    assert missing.returncode != 0 and "does not exist" in missing.stderr, missing.stderr

@@ -144,3 +144,14 @@ def test_import_without_layer_count_is_refused(tmp_path):
     run_export(ExportConfig(ckpt=ck, format="vllm", out=tmp_path / "v"))
     with pytest.raises(EaglewireError, match="--target or --target-layers"):
         run_import(ImportConfig(src=tmp_path / "v", out=tmp_path / "i"))
+
+
+def test_import_with_target_reads_sglang_ids_under_the_targets_architecture(tmp_path):
+    """With --target the architecture is known: no 'architecture unknown' assumption is recorded."""
+    ck, _ = make_ckpt(tmp_path / "ck", hidden_size=64, target_hidden_size=64, head_dim=16, vocab_size=384)
+    run_export(ExportConfig(ckpt=ck, format="sglang", out=tmp_path / "s"))
+    res = run_import(ImportConfig(src=tmp_path / "s", out=tmp_path / "i", target="tiny:llama"))
+    assert not [a for a in res["assumed"] if "architecture unknown" in a], res["assumed"]
+    bare = run_import(ImportConfig(src=tmp_path / "s", out=tmp_path / "j", target_layers=L))
+    assert [a for a in bare["assumed"] if "architecture unknown" in a]  # the control: without it, it is said
+    assert res["points"] == bare["points"] == read_provenance(ck).point_names

@@ -22,7 +22,8 @@ PRESETS = {
 
 @dataclass
 class DemoConfig:
-    preset: str = opt("quick", "quick (~15 min on 2 CPU cores, a small run) or standard (about an hour on 2 CPU cores, the best tau here)")
+    preset: str = opt("quick", "quick (a small run: ~15 min on a fast 2-core VM, up to ~40 on a slow one) or standard "
+                      "(about an hour on a fast 2-core VM, the best tau here)")
     target: str = opt("default", "target (the embedded SmolLM2-135M-Instruct by default)")
     run_dir: Path | None = opt(None, "run directory (default: runs/demo-<preset>)")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")

@@ -32,10 +32,15 @@ def run_drafter(cfg: DoctorDrafterConfig) -> None:
     from eaglewire.doctor.drafter import doctor_drafter
     from eaglewire.doctor.records import target_source_for
     from eaglewire.export.checkpoint import load_checkpoint, resolve_dir
+    from eaglewire.infra.errors import EaglewireError
     from eaglewire.targets.load import load_target
 
     model, prov = load_checkpoint(resolve_dir(cfg.ckpt))
     t = load_target(target_source_for(cfg.target, prov.target.source, cfg.ckpt))
+    if (model.config.vocab_size, model.config.target_hidden_size) != (t.vocab_size, t.hidden_size):
+        raise EaglewireError(f"drafter {cfg.ckpt} does not fit target {t.source!r}: it expects vocab "
+                             f"{model.config.vocab_size} and hidden size {model.config.target_hidden_size}, the target "
+                             f"has {t.vocab_size} and {t.hidden_size} (pass the target it was trained for with --target)")
     head_w = t.model.get_output_embeddings().weight.detach().float()
     rep = doctor_drafter(model, prov, cfg.data, head_w, cfg.samples, cfg.depth, t.tokenizer)
     rep.print(cfg.json)
@@ -127,7 +132,7 @@ def run_online(cfg: DoctorOnlineConfig) -> None:
     model, prov = load_checkpoint(resolve_dir(cfg.drafter))
     t = load_target(target_source_for(cfg.target, prov.target.source, cfg.drafter))
     arch = (t.config.architectures or [t.config.model_type])[0]
-    serve = points_from_ids(cfg.serve_ids, cfg.engine, t.num_layers, arch) if cfg.serve_ids else None
+    serve = points_from_ids(cfg.serve_ids, cfg.layers_from, t.num_layers, arch) if cfg.serve_ids else None
     rep = doctor_online(t, model, prov, cfg.data, serve, cfg.samples, cfg.max_new_tokens)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())

@@ -51,9 +51,10 @@ class DoctorOnlineConfig:
     drafter: Path = opt(help="drafter checkpoint or training run directory")
     data: Path = opt(help="dataset the drafter was trained on (its prompts and features are the reference)")
     target: str = opt("", "target; default: the drafter's provenance")
-    serve_ids: list[int] = opt(help="simulate serving with these ids (in --engine's meaning) instead of the trained points", factory=list)
-    engine: str = opt(DEFAULT_ENGINE, "meaning of --serve-ids: hf, sglang, specforge, vllm, speculators "
-                      "(optionally ==VERSION)")
+    serve_ids: list[int] = opt(help="simulate serving with these ids (in --layers-from's meaning) instead of the "
+                               "trained points", factory=list)
+    layers_from: str = opt(DEFAULT_ENGINE, "engine meaning of --serve-ids: hf, sglang, specforge, vllm, speculators "
+                           "(optionally ==VERSION)", aliases=("--engine",))
     samples: int = opt(4, "dataset samples to decode")
     max_new_tokens: int = opt(48, "tokens to decode per sample")
     json: bool = json_flag()

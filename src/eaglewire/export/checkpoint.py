@@ -28,6 +28,7 @@ from eaglewire.export.formats import DRAFTER_KEY, checkpoint_config
 from eaglewire.export.provenance import Provenance
 from eaglewire.infra.atomic import atomic_dir
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.paths import close_path_hint
 
 WEIGHTS = "model.safetensors"
 
@@ -70,6 +71,9 @@ def load_checkpoint(d: Path, device: torch.device | str = "cpu", dtype: torch.dt
     """(Eagle3Drafter, provenance). Strict: names and shapes must match the config exactly."""
     d = resolve_dir(d)
     cfg_path = d / "config.json"
+    if not d.exists():
+        raise EaglewireError(f"{d}: does not exist (expected a drafter checkpoint or training run directory)"
+                             f"{close_path_hint(d)}")
     if not cfg_path.is_file():
         raise EaglewireError(f"{d}: no config.json (not a drafter checkpoint)")
     raw = json.loads(cfg_path.read_text())

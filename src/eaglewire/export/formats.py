@@ -21,6 +21,7 @@ import torch
 
 from eaglewire.drafter import DrafterConfig
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.paths import close_path_hint
 from eaglewire.targets.points import Engine, Point, eagle3_default, ids_for_points, order_problem
 
 # Keys of an eaglewire checkpoint's config.json beyond the engine's: the drafter's own config
@@ -245,6 +246,8 @@ def from_format_state(cfg: DrafterConfig, sd: dict[str, torch.Tensor]) -> dict[s
 
 def read_config_json(d: Path) -> tuple[Path, dict]:
     p = Path(d) / "config.json"
+    if not Path(d).exists():
+        raise EaglewireError(f"{d}: does not exist (expected a draft model directory){close_path_hint(Path(d))}")
     if not p.is_file():
         raise EaglewireError(f"{d}: no config.json (expected a draft model directory)")
     try:

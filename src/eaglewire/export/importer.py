@@ -131,7 +131,9 @@ def _one_line(e: Exception) -> str:
     return "; ".join(ln.strip() for ln in str(e).splitlines() if ln.strip())
 
 
-def resolve_points(fmt: str, raw: dict, L: int, num_aux: int, layers_from: str, notes: Notes) -> tuple[list, dict]:
+def resolve_points(fmt: str, raw: dict, L: int, num_aux: int, layers_from: str, notes: Notes,
+                   arch: str | None = None) -> tuple[list, dict]:
+    """`arch` (the target's model_type, when --target is given) decides SGLang's per-architecture rule."""
     ids = _stored_ids(fmt, raw, notes)
     engine = layers_from or ID_ENGINE[fmt]
     rec = {"format": fmt, "ids_key": ID_KEY[fmt], "ids_found": ids, "engine": engine,
@@ -145,7 +147,7 @@ def resolve_points(fmt: str, raw: dict, L: int, num_aux: int, layers_from: str, 
         return pts, rec
     if len(ids) != num_aux:
         raise EaglewireError(f"config.json: {len(ids)} layer ids {ids} but fc.weight takes {num_aux} feature slots")
-    eng = Engine.parse(engine)
+    eng = Engine.parse(engine, arch)
     try:
         pts = points_from_ids(list(ids), eng, L)
     except EaglewireError as e:
@@ -240,7 +242,7 @@ def run_import(cfg: ImportConfig) -> dict:
     sd = from_format_state(dcfg, sd)
     L, target, chat_sha = _target_facts(cfg, sd, dcfg, notes)
     _fill_vocab_maps(dcfg, sd, notes)
-    pts, rec = resolve_points(fmt, raw, L, dcfg.num_aux, cfg.layers_from, notes)
+    pts, rec = resolve_points(fmt, raw, L, dcfg.num_aux, cfg.layers_from, notes, target.fingerprint.model_type)
     model = Eagle3Drafter(dcfg)
     if dcfg.tie_word_embeddings:
         sd.setdefault("lm_head.weight", sd.get("embed_tokens.weight"))

@@ -54,6 +54,8 @@ RENAMED: dict[str, Renamed] = {
     "--num-layers": Renamed("--target-layers", "num_layers", "the drafter's layer count", ("train",)),
     "--from": Renamed("--layers-from", "from_engine"),
     "--speculative-tokens": Renamed("--depth", "speculative_tokens"),
+    "--engine": Renamed("--layers-from", "engine", "the engine that serves or captures",
+                        ("doctor config", "serve", "data extract", "data build")),
 }
 
 

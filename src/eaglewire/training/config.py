@@ -45,7 +45,8 @@ class TrainConfig:
                                     "(1 = forward KL to q; 0 = one-hot on the target's argmax)", ge=0)
     lk_weight: float = opt(0.0, "weight of the LK loss -log(sum min(p, q)) added to the KL (acceptance-aware, "
                            "arXiv 2602.23881); 0 = KL only", ge=0)
-    max_len: int = opt(1024, "samples are truncated to this many tokens", ge=3)
+    max_len: int = opt(2048, "samples are truncated to this many tokens (2048: what `data` and `plan` size a "
+                       "sample to, so no stored feature goes untrained)", ge=3)
     val_fraction: float = opt(0.05, "share of samples held out for validation", ge=0, lt=1)
     seed: int = opt(0, "seed for init, split and order")
     num_layers: int = opt(1, "drafter decoder layers (vLLM serves more than one; SGLang one)", ge=1)
