@@ -169,6 +169,7 @@ class FakeServer:
     def __init__(self):
         fake = self
         self.mode, self.posts, self.lock = "good", 0, threading.Lock()
+        self.states_path = ""
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802  /v1/models, /version, /get_server_info
@@ -179,6 +180,9 @@ class FakeServer:
                 with fake.lock:
                     fake.posts += 1
                     k = fake.posts
+                if fake.mode == "states-path":  # a capture server's reply naming the file `states_path`
+                    return _send(self, json.dumps({"choices": [{"text": "x"}],
+                                                   "kv_transfer_params": {"hidden_states_path": fake.states_path}}).encode())
                 fault = FAULTS[fake.mode]
                 if not callable(fault):
                     return _send(self, json.dumps(fault).encode())

@@ -16,6 +16,10 @@ outcome lands in exactly one class:
 
   python benchmarks/probe_hardening.py [--only SUBSTR] [--json PATH] [--keep]
 
+Issue 36's cases ("Hardening, third pass": paths read from input that lead
+out of their directory, foreign files in --out, custom model code, ...) are
+named `i36-*` (`--only i36-`).
+
 Prints a table and the counts per class; exits 1 when any case is traceback,
 silently-wrong, hang or lost-data. About 5 minutes (72 cases) on a 2-core CPU.
 """
@@ -35,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _probe_cases import Case, Wrong, item1, item2, items34  # noqa: E402
+from _probe_cases_36 import issue36  # noqa: E402
 from _probe_cases_files import item5, item6, item7  # noqa: E402
 from _probe_world import Res, World, cli, lost, snapshot  # noqa: E402
 
@@ -43,7 +48,7 @@ BAD = {"traceback", "silently-wrong", "hang", "lost-data"}
 
 
 def all_cases() -> list[Case]:
-    return [*item1(), *item2(), *items34(), *item5(), *item6(), *item7()]
+    return [*item1(), *item2(), *items34(), *item5(), *item6(), *item7(), *issue36()]
 
 
 def _lines(text: str) -> list[str]:

@@ -88,6 +88,13 @@ CASES = [
         {"model_type": "llama", "num_hidden_layers": 8, "num_attention_heads": 4, "vocab_size": 100})))],
      ["config.json", "hidden_size"]),
     ("plan-negative-samples", lambda t: ["plan", "--target", "tiny:llama", "--samples", "-5"], ["--samples", ">= 1"]),
+    ("data-generate-empty-prompts", lambda t: ["data", "generate", "--target", "tiny:llama", "--out", str(t / "o"),
+                                               "--prompts", str(_write(t / "p.jsonl", ""))], ["p.jsonl", "no prompts"]),
+    ("doctor-drafter-samples-0", lambda t: ["doctor", "drafter", str(t), "--data", str(t), "--samples", "0"],
+     ["--samples", ">= 1"]),
+    ("doctor-drafter-samples-negative", lambda t: ["doctor", "drafter", str(t), "--data", str(t), "--samples", "-3"],
+     ["--samples", ">= 1"]),
+    ("doctor-dataset-samples-0", lambda t: ["doctor", "dataset", str(t), "--samples", "0"], ["--samples", ">= 1"]),
 ]
 
 

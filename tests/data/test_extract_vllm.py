@@ -91,7 +91,7 @@ def test_states_are_read_checked_and_removed(fake):
     url, tmp = fake
     want = torch.randn(5, 3, 8)
     _serving(tmp, lambda n: want[:n])
-    got = StatesClient(url, None, 3, 8).states([1, 2, 3, 4, 5])
+    got = StatesClient(url, None, 3, 8, states_dir=tmp).states([1, 2, 3, 4, 5])
     assert torch.equal(got, want)
     assert not (tmp / "req-5.safetensors").exists()
 
@@ -99,20 +99,39 @@ def test_states_are_read_checked_and_removed(fake):
 @pytest.mark.parametrize("states,tokens,path,msg", [
     (lambda n: torch.zeros(n, 2, 8), None, None, r"hidden_states \[5, 2, 8\], expected \[5, 3, 8\]"),
     (lambda n: torch.zeros(n, 3, 8), lambda ids: [1, 2, 9, 4, 5], None, r"other tokens than were sent .*position 2"),
-    (None, None, "/nowhere/x.safetensors", r"cannot read; give the server a --states-dir both machines share"),
+    (None, None, "{tmp}/gone.safetensors", r"cannot read; give the server a --states-dir both machines share"),
 ])
 def test_a_wrong_reply_is_one_error_naming_the_file(fake, states, tokens, path, msg):
     url, tmp = fake
-    _serving(tmp, states, tokens or (lambda ids: ids), path)
+    _serving(tmp, states, tokens or (lambda ids: ids), path and path.format(tmp=tmp))
     with pytest.raises(EaglewireError, match=msg):
-        StatesClient(url, None, 3, 8).states([1, 2, 3, 4, 5])
+        StatesClient(url, None, 3, 8, states_dir=tmp).states([1, 2, 3, 4, 5])
+
+
+@pytest.mark.parametrize("name", ["../victim.safetensors", "link.safetensors", "/etc/hostname", "notes.txt"])
+def test_a_reply_naming_a_file_outside_the_states_dir_is_refused_before_reading_or_removing(fake, name):
+    """The server's path is input: only a .safetensors file in the directory we gave it is read, then removed."""
+    url, tmp = fake
+    states = tmp / "states"
+    states.mkdir()
+    victim = tmp / "victim.safetensors"
+    save_file({"hidden_states": torch.zeros(5, 3, 8), "token_ids": torch.tensor([1, 2, 3, 4, 5])}, str(victim))
+    (tmp / "victim.safetensors.lock").write_text("")
+    (states / "link.safetensors").symlink_to(victim)
+    (states / "notes.txt").write_text("x")
+    path = name if name.startswith("/") else str(states / name)
+    _serving(tmp, None, path=path)
+    with pytest.raises(EaglewireError, match="hidden_states_path") as e:
+        StatesClient(url, None, 3, 8, states_dir=states).states([1, 2, 3, 4, 5])
+    assert "\n" not in str(e.value)
+    assert victim.is_file() and (tmp / "victim.safetensors.lock").is_file() and (states / "notes.txt").is_file()
 
 
 def test_a_server_without_the_capture_flags_is_named(fake):
     url, _ = fake
     _Fake.reply = staticmethod(lambda body: {"choices": [{"text": "x"}]})
     with pytest.raises(EaglewireError, match="no kv_transfer_params.hidden_states_path.*--print-command"):
-        StatesClient(url, None, 3, 8).states([1, 2])
+        StatesClient(url, None, 3, 8, states_dir=_).states([1, 2])
 
 
 class _Client:
@@ -161,7 +180,8 @@ def test_print_command_is_the_upstream_connector_with_parallel_flags(tmp_path):
     r = run_cli("data", "extract", tmp_path, "--target", "tiny:llama", "--engine", "vllm", "--print-command",
                 "--tensor-parallel-size", "8", "--engine-args", "--enable-expert-parallel")
     assert r.returncode == 0, r.stderr
-    cmd = r.stdout.strip()
-    assert cmd.startswith("vllm serve ") and "--host 0.0.0.0" in cmd
+    cmd, note = r.stdout.strip().splitlines()
+    assert cmd.startswith("vllm serve ") and "--host 127.0.0.1" in cmd and "0.0.0.0" not in r.stdout
+    assert note.startswith("# ") and "--host" in note and "trusted network" in note
     assert "--tensor-parallel-size 8" in cmd and "--enable-expert-parallel" in cmd
     assert "ExampleHiddenStatesConnector" in cmd and "[2, 4, 5, 8]" in cmd

@@ -164,7 +164,8 @@ def test_the_upstream_connector_fails_on_the_cpu_build(vllm_python, tmp_path):
                      memory_fraction=0.2, extra=capture_args([2, 8], tmp_path / "states", ours=False) + VLLM_TEST_ARGS)
     with VllmServer(vllm_python, spec, tmp_path / "log").start(timeout=600) as srv:
         with pytest.raises(EaglewireError):
-            StatesClient(srv.spec.url, None, 2, 64, timeout_s=120).states(list(range(3, 20)))
+            StatesClient(srv.spec.url, None, 2, 64, timeout_s=120,
+                             states_dir=tmp_path / "states").states(list(range(3, 20)))
     assert "pin_memory=True requires a CUDA or other accelerator backend" in (tmp_path / "log").read_text()
 
 

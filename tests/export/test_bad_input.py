@@ -193,3 +193,35 @@ def test_doctor_config_on_unreadable_weights_is_a_verdict(exported, kind):
     rep = doctor_config(d, "sglang", L, None, None, None)
     weights = next(c for c in rep.checks if c.name == "weights")
     assert not weights.ok and rep.failed and "cannot be read as safetensors" in weights.detail
+
+
+def _sharded(d, shard_name: str):
+    """The export with its weights moved out and an index whose weight_map names `shard_name` for every tensor."""
+    sd = load_file(str(d / "model.safetensors"))
+    (d / "model.safetensors").rename(d.parent / "outside.safetensors")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {k: shard_name for k in sd}}))
+
+
+@pytest.mark.parametrize("name", ["../outside.safetensors", "{abs}"])
+def test_a_weight_map_pointing_outside_the_source_is_refused(exported, tmp_path, name):
+    d, _ = exported
+    (d / "link.safetensors").symlink_to(d.parent / "outside.safetensors")
+    _sharded(d, name.format(abs=d.parent / "outside.safetensors"))
+    with pytest.raises(EaglewireError, match=r"model.safetensors.index.json: weight_map\['[^']+'\]: .*outside") as e:
+        _imp(d, tmp_path)
+    assert "\n" not in str(e.value) and not (tmp_path / "imp").exists()
+
+
+def test_a_weight_map_naming_a_link_of_the_directory_imports_like_an_hf_cache_snapshot(exported, tmp_path):
+    """Snapshots in the HF cache are folders of symlinks into ../../blobs: the names are checked, the links followed."""
+    d, _ = exported
+    (d / "link.safetensors").symlink_to(d.parent / "outside.safetensors")
+    _sharded(d, "link.safetensors")
+    assert _imp(d, tmp_path)["out"] == str(tmp_path / "imp")
+
+
+def test_a_weight_map_inside_the_source_imports(exported, tmp_path):
+    d, _ = exported
+    _sharded(d, "part-1.safetensors")
+    (d.parent / "outside.safetensors").rename(d / "part-1.safetensors")
+    assert _imp(d, tmp_path)["out"] == str(tmp_path / "imp")

@@ -153,3 +153,39 @@ def test_cli_capture_writes_points(tmp_path):
     d = load_file(out)
     assert set(d) == {"embed", "layers.2.out", "final_norm", "input_ids"}
     assert d["embed"].shape == (d["input_ids"].shape[0], 64)
+
+
+def _custom_code_target(tmp_path, config_name="config.json"):
+    """A tiny target whose config names custom code (auto_map) that would leave a marker when run."""
+    from eaglewire.targets.tiny import build_tiny
+
+    d = build_tiny("llama", tmp_path / "custom")
+    raw = json.loads((d / config_name).read_text()) if (d / config_name).is_file() else {}
+    key = "AutoTokenizer" if config_name == "tokenizer_config.json" else "AutoConfig"
+    raw["auto_map"] = {key: "evil.Thing"}
+    (d / config_name).write_text(json.dumps(raw))
+    (d / "evil.py").write_text(f"open({str(tmp_path / 'RAN')!r}, 'w').write('x')\n")
+    return d
+
+
+@pytest.mark.parametrize("config_name", ["config.json", "tokenizer_config.json"])
+def test_a_target_with_custom_code_is_refused_before_transformers_asks(tmp_path, monkeypatch, config_name):
+    import io
+
+    d = _custom_code_target(tmp_path, config_name)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n" * 10))  # what `echo y |` answers transformers' prompt
+    for fn in (load.load_target, load.load_tokenizer, load.load_skeleton):
+        with pytest.raises(EaglewireError, match=f"^{d}: has custom code \\(auto_map in {config_name}\\); "
+                                                 "eaglewire never runs model code"):
+            fn(str(d))
+    assert not (tmp_path / "RAN").exists()
+
+
+def test_inspect_refuses_custom_code_even_when_stdin_says_yes(tmp_path):
+    d = _custom_code_target(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "eaglewire.cli", "inspect", "--target", str(d)], input="y\ny\n",
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: {d}: has custom code (auto_map in config.json); eaglewire never runs model code "
+        "(use a target that transformers supports natively)"], r.stderr
+    assert not (tmp_path / "RAN").exists()

@@ -57,7 +57,7 @@ class _RunOptions:
 class _GenOptions:
     prompts: Path | None = opt(None, "prompts: a JSONL, JSON (ShareGPT array) or parquet file of prompts, ShareGPT "
                                "conversations or OpenAI messages; a directory or glob of such files; or a dataset in "
-                               "the local HF cache, org/name[/path-or-glob in it]")
+                               "the local HF cache: org/name, or org/name/path-or-glob in it")
     self_prompts: int = opt(0, "number of prompts to sample from the target itself (Magpie-style)", ge=0)
     self_prompt_tokens: int = opt(64, "max tokens of each self-generated prompt", ge=1)
     topic_prompts: int = opt(0, "number of prompts composed from task types x topics (free, diverse)", ge=0)

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from eaglewire.data.config import ExtractSettings
 from eaglewire.data.lossmask import render_with_mask
-from eaglewire.data.manifest import Manifest, shard_problem
+from eaglewire.data.manifest import MANIFEST, Manifest, shard_problem
 from eaglewire.infra.atomic import follow_umask
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.device import dtype_from_name, dtype_name
@@ -145,12 +145,37 @@ def _drop_bad_shards(out_dir: Path, man: Manifest) -> list[str]:
     return [f"{e['file']} ({why})" for e, why in bad]
 
 
+def _unlisted_shards(out_dir: Path, old: Manifest | None) -> list[Path]:
+    """Shard files the manifest does not list: the one it says was being written (ours, redone), else refused.
+
+    Anything else named like a shard was not written by this dataset's runs;
+    deleting it on a resume would lose someone's file, so the run stops first.
+    """
+    listed = {s["file"] for s in old.shards} if old else set()
+    pending = old.pending if old else None
+    found = sorted(p for p in out_dir.glob("shard-*.safetensors") if p.name not in listed)
+    foreign = [p.name for p in found if p.name != pending]
+    if foreign:
+        raise EaglewireError(f"{out_dir}: holds {', '.join(foreign[:3])}, which {MANIFEST if old else 'no manifest'} "
+                             "lists (not written by this dataset's runs); move it away or choose another directory")
+    return found
+
+
+def refuse_foreign_shards(out_dir: Path) -> None:
+    """Stop before any work when `out_dir` holds shard files its manifest does not account for."""
+    if Path(out_dir).is_dir():
+        _unlisted_shards(Path(out_dir), Manifest.load(out_dir) if Manifest.exists(out_dir) else None)
+
+
 def _prepare_out(out_dir: Path, man: Manifest, resume: bool) -> set[int]:
     out_dir.mkdir(parents=True, exist_ok=True)
+    old = None
     if Manifest.exists(out_dir):
         if not resume:
             raise EaglewireError(f"{out_dir}: already holds a dataset; pass --resume to continue it or choose a new --out")
         old = Manifest.load(out_dir)
+    redone = _unlisted_shards(out_dir, old)  # refused before anything is touched
+    if old is not None:
         _check_resume(old, man, out_dir)
         man.shards, man.norm_stats = old.shards, old.norm_stats
         man.recount()
@@ -159,10 +184,8 @@ def _prepare_out(out_dir: Path, man: Manifest, resume: bool) -> set[int]:
         redo = _drop_bad_shards(out_dir, man)
         if redo:
             print(f"[extract] re-extracting the samples of {len(redo)} bad shard(s): {', '.join(redo)}", flush=True)
-    listed = {s["file"] for s in man.shards}
-    for p in out_dir.glob("shard-*.safetensors"):
-        if p.name not in listed:  # written after the last manifest update: redo it
-            p.unlink()
+    for p in redone:  # written after the last manifest update: redo it
+        p.unlink()
     for p in out_dir.glob(".shard-*.tmp"):
         p.unlink()
     return set(man.sample_indices())
@@ -199,23 +222,24 @@ def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: di
     man.dropped = counts
     stats = _NormStats([p.name for p in pts], man.norm_stats)
     buf, t0, ntok = [], time.perf_counter(), 0
-    bar = tqdm(total=sum(len(i[1]) for i in items), desc="extract", unit="tok", unit_scale=True, dynamic_ncols=True)
-    for batch in _batches(items, s.batch_tokens):
-        feats = cap(batch)
-        for (idx, ids, mask), (f, h) in zip(batch, feats):
-            buf.append((idx, ids, mask, f, h))
-        ntok += sum(len(b[1]) for b in batch)
-        bar.update(sum(len(b[1]) for b in batch))
-        while len(buf) >= s.shard_samples:
-            _flush(out_dir, man, buf[: s.shard_samples], sdtype, stats)
-            buf = buf[s.shard_samples:]
-            if after_shard:
-                after_shard(man)
-            if _SHARD_DELAY:  # lets crash tests kill a real run between shards
-                time.sleep(_SHARD_DELAY)
-    if buf:
-        _flush(out_dir, man, buf, sdtype, stats)
-    bar.close()
+    total = sum(len(i[1]) for i in items)
+    # closed on an error too, so the one `error:` line starts a line of its own
+    with tqdm(total=total, desc="extract", unit="tok", unit_scale=True, dynamic_ncols=True) as bar:
+        for batch in _batches(items, s.batch_tokens):
+            feats = cap(batch)
+            for (idx, ids, mask), (f, h) in zip(batch, feats):
+                buf.append((idx, ids, mask, f, h))
+            ntok += sum(len(b[1]) for b in batch)
+            bar.update(sum(len(b[1]) for b in batch))
+            while len(buf) >= s.shard_samples:
+                _flush(out_dir, man, buf[: s.shard_samples], sdtype, stats)
+                buf = buf[s.shard_samples:]
+                if after_shard:
+                    after_shard(man)
+                if _SHARD_DELAY:  # lets crash tests kill a real run between shards
+                    time.sleep(_SHARD_DELAY)
+        if buf:
+            _flush(out_dir, man, buf, sdtype, stats)
     stored = man.sample_indices()
     want = done | {it[0] for it in items}
     if len(stored) != len(set(stored)) or set(stored) != want:
@@ -249,6 +273,9 @@ def _flush(out_dir: Path, man: Manifest, buf: list, sdtype, stats: _NormStats) -
         stats.add(b[3])
     # the next free number: after a bad shard was dropped, len(shards) may name an existing file
     k = 1 + max((int(e["file"][6:11]) for e in man.shards), default=-1)
+    man.pending = f"shard-{k:05d}.safetensors"  # recorded first: a resume after a kill removes only this file
+    man.save(out_dir)
     man.add_shard(write_shard(out_dir, k, buf, sdtype))
+    man.pending = None
     man.norm_stats = stats.as_list()
     man.save(out_dir)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -144,7 +146,8 @@ def run_vllm_extract(cfg, rows: list[dict], s, gen: dict):
     ids = capture_plan(pts, skeleton.num_layers, skeleton.config.model_type)[0]
     states_dir = Path(cfg.states_dir or cfg.data / STATES_DIR).resolve()
     if cfg.engine_url:
-        client = StatesClient(cfg.engine_url, None, len(ids), skeleton.hidden_size, cfg.request_timeout)
+        client = StatesClient(cfg.engine_url, None, len(ids), skeleton.hidden_size, cfg.request_timeout,
+                              states_dir=states_dir)
         version = (client.client.identity(client.model).get("version") or {}).get("version")
         prov = _provenance(version, cfg, ids, skeleton.num_layers, cfg.engine_url)
         if cfg.dtype != "auto":
@@ -155,14 +158,20 @@ def run_vllm_extract(cfg, rows: list[dict], s, gen: dict):
             return extract(skeleton, rows, cfg.data, s, gen, resume=cfg.resume, capture_with=cap)
         finally:
             cap.close()
+    with _run_states_dir(cfg) as run_dir:
+        return _managed_extract(cfg, rows, s, gen, skeleton, pts, ids, run_dir)
+
+
+def _managed_extract(cfg, rows, s, gen: dict, skeleton, pts, ids, states_dir: Path):
+    """Extract through a vLLM server this command starts, writing its states into `states_dir`."""
     python = find_python(cfg.vllm_python)
     cpu = is_cpu_build(python)
-    _clear_states(states_dir)
     spec = server_spec(cfg, skeleton.path, ids, states_dir, cpu)
     log = cfg.data / "vllm-capture.log"
     print(f"[extract] starting vLLM ({'CPU build' if cpu else 'GPU'}; ~3 min), ids {ids}; log {log}", flush=True)
     with VllmServer(python, spec, log, env=plugin_env() if cpu else None).start(timeout=cfg.startup_timeout) as srv:
-        client = StatesClient(srv.spec.url, None, len(ids), skeleton.hidden_size, cfg.request_timeout)
+        client = StatesClient(srv.spec.url, None, len(ids), skeleton.hidden_size, cfg.request_timeout,
+                              states_dir=states_dir)
         prov = _provenance(vllm_version(python), cfg, ids, skeleton.num_layers, None)
         fdtype = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(spec.dtype)  # auto: vLLM's choice
         cap = VllmCapture(client, skeleton, pts, prov, fdtype)
@@ -175,17 +184,37 @@ def run_vllm_extract(cfg, rows: list[dict], s, gen: dict):
                                  f"{srv.log_tail()}); finished shards are kept: rerun with --resume") from e
         finally:
             cap.close()
-            _clear_states(states_dir)
-    if states_dir.is_dir() and not any(states_dir.iterdir()):
-        states_dir.rmdir()
     return man
 
 
+@contextmanager
+def _run_states_dir(cfg):
+    """A directory this run makes under the states directory, for a managed server's files; removed after.
+
+    A --states-dir the user names may hold files of their own: the server writes
+    into a fresh directory of ours, and only what that holds is ever removed.
+    """
+    root = Path(cfg.states_dir or cfg.data / STATES_DIR).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    if cfg.states_dir is None:  # the dataset's own (its lock is held): left by runs killed before cleaning up
+        for old in root.glob(".eaglewire-*"):
+            _clear_states(old)
+    d = Path(tempfile.mkdtemp(prefix=".eaglewire-", dir=root))
+    try:
+        yield d
+    finally:
+        _clear_states(d)
+        if cfg.states_dir is None and root.is_dir() and not any(root.iterdir()):
+            root.rmdir()
+
+
 def _clear_states(states_dir: Path) -> None:
-    """State files of requests that were never read (a crash, Ctrl-C): [T, K, H] each, large; ours to remove."""
-    if states_dir.is_dir():
+    """State files of requests that were never read (a crash, Ctrl-C) in a run's own directory, then the directory."""
+    if states_dir.is_dir() and not states_dir.is_symlink():
         for p in [*states_dir.glob("*.safetensors"), *states_dir.glob("*.safetensors.lock")]:
             p.unlink(missing_ok=True)
+        if not any(states_dir.iterdir()):
+            states_dir.rmdir()
 
 
 def generate_on_vllm(cfg, generate):
@@ -211,5 +240,10 @@ def print_command(cfg) -> str:
     ids = capture_plan(pts, skeleton.num_layers, skeleton.config.model_type)[0]
     states_dir = Path(cfg.states_dir or cfg.data / STATES_DIR).resolve()
     spec = server_spec(cfg, resolve_target_dir(cfg.target), ids, states_dir, cpu_build=False)
-    spec.port, spec.host = 8000, "0.0.0.0"  # eaglewire may run on another machine than vLLM's head node
-    return shlex.join(serve_command(spec))  # `vllm serve` acts on --headless for nodes > 0
+    spec.port = 8000  # the host stays loopback, as `serve`'s: the server has no API key
+    # `vllm serve` acts on --headless for nodes > 0
+    return shlex.join(serve_command(spec)) + "\n" + HOST_NOTE
+
+
+HOST_NOTE = ("# listens on 127.0.0.1 only (no API key): when eaglewire or other nodes run on another machine, "
+             "change --host to an address on a trusted network")

@@ -10,6 +10,7 @@ per shard, and is rewritten atomically after every shard.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,16 @@ from typing import Any
 from eaglewire.infra.atomic import read_json, write_json_atomic
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.infra.paths import require_exists
+from eaglewire.infra.paths import inside, require_exists
 from eaglewire.targets.fingerprint import TargetRecord
 from eaglewire.targets.points import FINAL_NORM, Point, id_lists, parse_points
 
 FORMAT = "eaglewire-features"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+SHARD_NAME = re.compile(r"(rank-\d{5}/)?shard-\d{5}\.safetensors")  # what `write_shard` names, nothing else
+_SHARD_FIELDS = {"file": str, "num_samples": int, "num_tokens": int, "num_loss_tokens": int, "indices": list,
+                 "bytes": int, "sha256": str}
 _ID_KEYS = ("names", "hf_index", "sglang", "sglang_deepseek", "specforge", "vllm", "speculators")
 
 
@@ -79,6 +83,7 @@ class Manifest:
     ranks: int | None = None
     points_stated_by: str | None = None
     capture: dict | None = None  # the engine that computed the features ({"engine", "version", ...})
+    pending: str | None = None  # the shard being written: the one unlisted shard file a resume may remove
     extra: dict = field(default_factory=dict)
 
     @property
@@ -130,6 +135,10 @@ class Manifest:
                 raise EaglewireError(f"{where}: '{key}' missing or not a {typ.__name__}")
         if raw.get("capture") is not None and not isinstance(raw["capture"], dict):
             raise EaglewireError(f"{where}: 'capture' must be an object naming the engine, got {raw['capture']!r}")
+        for i, e in enumerate(raw["shards"]):
+            check_shard_entry(e, f"{where}: shards[{i}]")
+        if raw.get("pending") is not None and not SHARD_NAME.fullmatch(str(raw["pending"])):
+            raise EaglewireError(f"{where}: 'pending' {raw['pending']!r} is not a shard name (shard-NNNNN.safetensors)")
         target = TargetRecord.from_json(raw["target"], f"{where}: target")
         pts, n, stated = points_from_json(raw["points"], target.fingerprint.num_layers, f"{where}: points")
         names = {f.name for f in dataclasses.fields(cls)}
@@ -142,7 +151,10 @@ class Manifest:
     def load(cls, d: Path) -> Manifest:
         """Every command that opens a dataset comes here: a mistyped path is named as such, not as "no manifest"."""
         p = require_exists(d, "dataset directory") / MANIFEST
-        return cls.from_json(read_json(p, f"not an eaglewire dataset (no {MANIFEST})"), str(p))
+        man = cls.from_json(read_json(p, f"not an eaglewire dataset (no {MANIFEST})"), str(p))
+        for i, e in enumerate(man.shards):  # a symlink out of the dataset is refused like a '..'
+            inside(Path(d), e["file"], f"{p}: shards[{i}].file")
+        return man
 
     @staticmethod
     def exists(d: Path) -> bool:
@@ -150,6 +162,18 @@ class Manifest:
 
     def save(self, d: Path) -> None:
         write_json_atomic(Path(d) / MANIFEST, self.to_json())
+
+
+def check_shard_entry(e: Any, where: str) -> None:
+    """A shard entry holds our fields with their types, and a file name `write_shard` gives (inside the dataset)."""
+    if not isinstance(e, dict):
+        raise EaglewireError(f"{where}: expected an object describing a shard, got {e!r:.80}")
+    for k, typ in _SHARD_FIELDS.items():
+        if not isinstance(e.get(k), typ) or isinstance(e.get(k), bool):
+            raise EaglewireError(f"{where}.{k}: expected {typ.__name__}, got {e.get(k)!r:.80}")
+    if not SHARD_NAME.fullmatch(e["file"]):
+        raise EaglewireError(f"{where}.file: {e['file']!r} is not a shard of this dataset "
+                             "(expected shard-NNNNN.safetensors or rank-NNNNN/shard-NNNNN.safetensors inside it)")
 
 
 def read_manifest(d: Path) -> Manifest:

@@ -23,12 +23,12 @@ from eaglewire.data.config import (
     DataVocabConfig,
 )
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.data.extract import ExtractSettings, extract
+from eaglewire.data.extract import ExtractSettings, extract, refuse_foreign_shards
 from eaglewire.data.extract_vllm import generate_on_vllm, run_vllm_extract
 from eaglewire.data.generate import GenSettings, generate_responses
 from eaglewire.data.jsonl import read_jsonl, response_problem, rewrite_jsonl
 from eaglewire.data.manifest import Manifest, complete_and_intact, manifest_hash, verify_shards
-from eaglewire.data.prompt_files import load_prompts
+from eaglewire.data.prompt_files import load_prompts, local_inputs
 from eaglewire.data.prompts import (
     Conversation,
     dedupe,
@@ -64,7 +64,7 @@ from eaglewire.infra.device import resolve_device, resolve_dtype
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.locks import dir_lock
 from eaglewire.infra.options import config_from_dict, save_config
-from eaglewire.infra.paths import require_exists
+from eaglewire.infra.paths import overlaps, require_exists
 from eaglewire.infra.ranks import distributed, is_main, local_device, rank_world
 from eaglewire.targets.fingerprint import chat_template_hash
 from eaglewire.targets.load import load_target, load_tokenizer, resolve_target_dir
@@ -121,8 +121,21 @@ def _locked(fn):
     return wrapper
 
 
+def refuse_input_inside(cfg) -> None:
+    """The dataset directory never is, holds or lies inside the --prompts it is built from (export's rule).
+
+    The stages write `prompts.jsonl` and more into it: a prompts file there
+    would be rewritten, a prompts directory around it would read our files back.
+    """
+    srcs = local_inputs(cfg.prompts) if cfg.prompts is not None else []
+    if any(overlaps(cfg.out, src) for src in srcs):
+        raise EaglewireError(f"--out {cfg.out}: is, holds or lies inside the input --prompts {cfg.prompts} (the "
+                             "dataset directory's files are rewritten); choose an --out apart from the prompts")
+
+
 @_locked
 def run_generate(cfg, target=None) -> dict:
+    refuse_input_inside(cfg)
     if (cfg.out / "manifest.json").exists() and not cfg.resume:
         raise EaglewireError(f"{cfg.out}: already holds a dataset; pass --resume or choose a new --out")
     # an empty answers file is what a run that failed before its first answer leaves: nothing to lose
@@ -227,6 +240,7 @@ def _generate_via_server(cfg, s) -> dict:
 
 @_locked
 def run_extract(cfg, target=None) -> dict:
+    refuse_foreign_shards(cfg.data)
     rows = [r for r in read_jsonl(cfg.data / RESPONSES, check=response_problem) if "messages" in r]
     if not rows:
         raise EaglewireError(f"{cfg.data / RESPONSES}: no responses (run `eaglewire data generate` first)")
@@ -324,6 +338,8 @@ def _generation_finished(d: Path) -> bool:
 
 @_locked
 def run_build(cfg: DataBuildConfig) -> dict:
+    refuse_input_inside(cfg)
+    refuse_foreign_shards(cfg.out)  # before hours of generation, not after
     vllm = cfg.engine == "vllm"
     if vllm and distributed():
         raise EaglewireError("--engine vllm: one process drives the vLLM servers (which are parallel themselves); "

@@ -28,9 +28,12 @@ PARQUET_COLUMNS = ("messages", "conversations", "prompt", "text")  # in parse_re
 
 def load_prompt_source(path) -> list[Conversation]:
     """Conversations from every file `path` names (see :func:`prompt_files`), in order."""
-    out = []
-    for f in prompt_files(Path(path)):
+    out, files = [], prompt_files(Path(path))
+    for f in files:
         out += [parse_record(obj, where) for where, obj in _records(f)]
+    if not out:  # an empty file would otherwise make a finished, empty dataset
+        where = files[0] if len(files) == 1 else f"--prompts {path} ({len(files)} files)"
+        raise EaglewireError(f"{where}: holds no prompts (expected {EXPECTED_SHAPES})")
     return out
 
 
@@ -54,6 +57,13 @@ def prompt_files(p: Path) -> list[Path]:
         snap = cached_snapshot(repo, "dataset", f"--prompts {p}")
         return prompt_files(snap.joinpath(*parts[2:])) if len(parts) > 2 else _dir_files(snap)
     raise not_found(p, "prompt file")
+
+
+def local_inputs(p: Path) -> list[Path]:
+    """The local files or directories a --prompts value reads (a glob's hits); [] for a dataset in the HF cache."""
+    if glob.has_magic(str(p)):
+        return [Path(x) for x in glob.glob(str(p), recursive=True)]
+    return [Path(p)] if Path(p).exists() else []
 
 
 def _dir_files(d: Path) -> list[Path]:

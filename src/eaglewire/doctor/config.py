@@ -15,7 +15,7 @@ from eaglewire.targets.points import DEFAULT_ENGINE
 class DoctorDatasetConfig:
     data: Path = opt(help="dataset directory (ours or imported)", arg=True)
     target: str = opt("", "target to recompute features with; default: the one in the manifest")
-    samples: int = opt(4, "samples to check")
+    samples: int = opt(4, "samples to check", ge=1)
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
     json: bool = json_flag()
 
@@ -25,7 +25,7 @@ class DoctorDrafterConfig:
     ckpt: Path = opt(help="drafter checkpoint (eaglewire) or training run directory", arg=True)
     data: Path = opt(help="dataset captured at the drafter's points")
     target: str = opt("", "target (for its lm_head); default: the drafter's provenance")
-    samples: int = opt(64, "samples to evaluate (from the held-out split when --data is the training dataset)")
+    samples: int = opt(64, "samples to evaluate (from the held-out split when --data is the training dataset)", ge=1)
     depth: int = opt(DEPTH, "draft tokens per round of the offline mean acceptance length (vLLM's "
                      "num_speculative_tokens)", ge=1)
     json: bool = json_flag()
@@ -55,7 +55,7 @@ class DoctorOnlineConfig:
                                "trained points", factory=list)
     layers_from: str = opt(DEFAULT_ENGINE, "engine meaning of --serve-ids: hf, sglang, specforge, vllm, speculators "
                            "(optionally ==VERSION)", aliases=("--engine",))
-    samples: int = opt(4, "dataset samples to decode")
+    samples: int = opt(4, "dataset samples to decode", ge=1)
     max_new_tokens: int = opt(48, "tokens to decode per sample")
     json: bool = json_flag()
 

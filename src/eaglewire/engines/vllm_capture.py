@@ -27,6 +27,7 @@ from safetensors.torch import load_file
 
 from eaglewire.engines.http import ChatClient, RequestFailed
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.paths import is_within
 
 PLUGIN_DIR = Path(__file__).parent / "vllm_plugin"
 CONNECTOR = "CpuHiddenStatesConnector"
@@ -54,8 +55,27 @@ def plugin_env() -> dict[str, str]:
     return {"PYTHONPATH": str(PLUGIN_DIR) + (os.pathsep + path if path else "")}
 
 
+def states_file(path: object, states_dir: Path, where: str) -> str:
+    """The reply's `hidden_states_path` when it names a plain safetensors file inside `states_dir`; else one line.
+
+    Checked before the file is read or removed: a reply naming any other file
+    would otherwise have us load it and delete it (and its `.lock`).
+    """
+    p = Path(path) if isinstance(path, str) else None
+    if p is None or not p.is_absolute() or p.suffix != ".safetensors":
+        raise EaglewireError(f"{where}: kv_transfer_params.hidden_states_path {path!r} is not an absolute path "
+                             f"to a .safetensors file in the states directory {states_dir}")
+    if p.is_symlink() or not is_within(p, states_dir):
+        raise EaglewireError(f"{where}: kv_transfer_params.hidden_states_path {path!r} is outside the states "
+                             f"directory {states_dir} the server was given; refused (nothing read or removed)")
+    return str(p)
+
+
 def read_states(path: str, where: str) -> dict[str, torch.Tensor]:
-    """The connector's file, once its writer released the companion lock; both files are removed after."""
+    """The connector's file, once its writer released the companion lock; both files are removed after.
+
+    `path` must have passed :func:`states_file`: it is deleted.
+    """
     lock = path + ".lock"
     try:
         if os.path.exists(lock):
@@ -78,7 +98,9 @@ def read_states(path: str, where: str) -> dict[str, torch.Tensor]:
 class StatesClient:
     """Ask a capture server for one token sequence's states: [T, K, H], columns in sorted-id order."""
 
-    def __init__(self, url: str, model: str | None, num_ids: int, hidden_size: int, timeout_s: float = 600.0):
+    def __init__(self, url: str, model: str | None, num_ids: int, hidden_size: int, timeout_s: float = 600.0, *,
+                 states_dir: Path):
+        self.states_dir = Path(states_dir)  # the server's files must lie here: only they are read and removed
         self.client = ChatClient(url, timeout_s=timeout_s, retries=2, backoff_s=1.0)
         self.model = model or self.client.identity(None)["model"]
         self.num_ids, self.hidden_size = num_ids, hidden_size
@@ -94,7 +116,7 @@ class StatesClient:
         if not isinstance(path, str):
             raise EaglewireError(f"{where}: the reply has no kv_transfer_params.hidden_states_path; start vLLM "
                                  "with the capture flags `eaglewire data extract --engine vllm --print-command` prints")
-        data = read_states(path, where)
+        data = read_states(states_file(path, self.states_dir, where), where)
         hs, tok = data.get("hidden_states"), data.get("token_ids")
         if hs is None or tok is None or tuple(hs.shape) != (len(ids), self.num_ids, self.hidden_size):
             shape = None if hs is None else list(hs.shape)

@@ -8,26 +8,31 @@ anything but tensors and plain containers.
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 
 import torch
 
 from eaglewire.export.checkpoint import load_state
+from eaglewire.infra.atomic import read_json
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.paths import inside
 
 PICKLE_NAMES = ("pytorch_model.bin",)
 
 
 def _sharded(src: Path) -> dict[str, torch.Tensor]:
+    """Every file the index's weight_map names, each checked to lie inside `src` before it is opened."""
     idx = src / "model.safetensors.index.json"
-    shards = sorted(set(json.loads(idx.read_text()).get("weight_map", {}).values()))
-    if not shards:
-        raise EaglewireError(f"{idx}: empty weight_map")
+    raw = read_json(idx, "no model.safetensors.index.json")
+    wmap = raw.get("weight_map") if isinstance(raw, dict) else None
+    if not isinstance(wmap, dict) or not wmap:
+        raise EaglewireError(f"{idx}: weight_map missing, empty or not an object of tensor name -> file")
+    # read-only, and HF-cache snapshots link every file to ../../blobs: the names are checked, links followed
+    files = {v: inside(src, v, f"{idx}: weight_map[{k!r}]", symlinks=True) for k, v in wmap.items()}
     out: dict[str, torch.Tensor] = {}
-    for s in shards:
-        out.update(load_state(src / s))
+    for name in sorted(files):
+        out.update(load_state(files[name]))
     return out
 
 

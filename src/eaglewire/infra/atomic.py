@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.infra.paths import not_found
+from eaglewire.infra.paths import not_found, overlaps
 
 
 @contextmanager
@@ -124,10 +124,9 @@ def check_replace(out: Path, force: bool, marker: str, kind: str, sources: tuple
     if not out.is_dir():
         article = "an" if kind[:1] in "aeiou" else "a"
         raise EaglewireError(f"--out {out}: is a file, not {article} {kind} directory; --force does not replace it")
-    here = out.resolve()
     for s in sources:
         s = Path(s).resolve()
-        if here == s or here in s.parents or s in here.parents:
+        if overlaps(out, s):
             raise EaglewireError(f"--out {out}: is, holds or lies inside the input {s}; --force never replaces the input")
     others = [p.name for p in out.iterdir() if not p.name.startswith(".")]
     if others and not (out / marker).is_file():

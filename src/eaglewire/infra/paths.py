@@ -8,6 +8,7 @@ the user looking inside a directory that is not there.
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
 from eaglewire.infra.errors import EaglewireError
@@ -51,3 +52,35 @@ def require_exists(p: Path, what: str = "") -> Path:
     if not p.exists():
         raise not_found(p, what)
     return p
+
+
+def inside(root: Path, rel: object, where: str, symlinks: bool = False) -> Path:
+    """``root / rel`` when `rel`, a path read from a file or a reply, stays inside `root`; else one line naming `where`.
+
+    Every path that input names (a manifest's shard, an index's weight file, a
+    server's reply) goes through here before anything reads, writes or deletes
+    it: no absolute path, no `..`, and no symlink leading out of `root` unless
+    ``symlinks`` (a model directory in the HF cache is a folder of symlinks to
+    its blobs: the links are the directory's own, the name from the file is
+    still checked).
+    """
+    if not isinstance(rel, str) or not rel or "\0" in rel:
+        raise EaglewireError(f"{where}: expected a file name relative to {root}, got {rel!r}")
+    p = Path(rel)
+    if p.is_absolute() or ".." in p.parts:
+        raise EaglewireError(f"{where}: {rel!r} points outside {root} (expected a path inside it, without '..')")
+    full = Path(root) / p
+    if not symlinks and not is_within(full, root):
+        raise EaglewireError(f"{where}: {rel!r} resolves outside {root} (through a symlink); refused")
+    return full
+
+
+def is_within(p: Path, root: Path) -> bool:
+    """Whether `p`, symlinks followed, is `root` or lies under it."""
+    real, top = Path(os.path.realpath(p)), Path(os.path.realpath(root))
+    return real == top or top in real.parents
+
+
+def overlaps(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` (symlinks followed) are the same path or one holds the other."""
+    return is_within(a, b) or is_within(b, a)

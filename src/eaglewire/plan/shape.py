@@ -60,7 +60,7 @@ def target_config(source: str) -> dict:
             return read_config_json(d)
 
         quiet_transformers()  # AutoConfig reads the GGUF metadata only (no conversion, no tensors)
-        return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name).to_dict()
+        return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False).to_dict()
     return read_config_json(resolve_target_dir(source))
 
 
@@ -172,7 +172,7 @@ def meta_count(raw: dict) -> dict | None:
     try:
         cfg = AutoConfig.for_model(raw.get("model_type", ""), **kw)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(cfg)
+            model = AutoModelForCausalLM.from_config(cfg, trust_remote_code=False)
     except Exception:  # unknown architecture or remote code: the formula decides
         return None
     n_exp = int(next((raw[k] for k in EXPERT_KEYS if _text(raw).get(k)), 0) or 0)

@@ -86,7 +86,7 @@ def load_gguf_tokenizer(path: Path):
     check_gguf(path)
     quiet_transformers()
     try:
-        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, trust_remote_code=False)
     except Exception as e:  # corrupt or truncated files fail deep inside gguf parsing
         raise EaglewireError(f"GGUF file {path}: cannot be read ({type(e).__name__}: {e})") from e
 
@@ -95,7 +95,8 @@ def load_gguf(path: Path, dtype: torch.dtype = torch.float32):
     """Load model and tokenizer straight from GGUF (slow; used to convert and to verify)."""
     tok = load_gguf_tokenizer(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype,
+                                                     trust_remote_code=False)
     except Exception as e:  # corrupt or truncated files fail deep inside gguf parsing
         raise EaglewireError(f"GGUF file {path}: cannot be read ({type(e).__name__}: {e})") from e
     return model, tok
@@ -246,13 +247,32 @@ class Target:
         return sorted({eos} if isinstance(eos, int) else set(eos))
 
 
+def refuse_model_code(path: Path) -> Path:
+    """`path` itself, unless its config or tokenizer config names custom code (`auto_map`): refused in one line.
+
+    transformers would otherwise ask on stdin whether to run the directory's
+    .py files (or run them, answered `y`); eaglewire never runs a model's code.
+    """
+    for name in ("config.json", "tokenizer_config.json"):
+        f = Path(path) / name
+        try:
+            raw = json.loads(f.read_text()) if f.is_file() else None
+        except (ValueError, OSError):
+            continue  # an unreadable file is named by whoever reads it next
+        if isinstance(raw, dict) and raw.get("auto_map"):
+            raise EaglewireError(f"{path}: has custom code (auto_map in {name}); eaglewire never runs model code "
+                                 "(use a target that transformers supports natively)")
+    return path
+
+
 def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                 attn_implementation: str = "sdpa") -> Target:
     quiet_transformers()
-    path = resolve_target_dir(source)
+    path = refuse_model_code(resolve_target_dir(source))
     try:
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation,
+                                                     trust_remote_code=False)
     except (OSError, ValueError, KeyError) as e:
         raise EaglewireError(f"target {source!r}: cannot load {path} ({type(e).__name__}: {e})") from e
     model.to(device).eval()
@@ -267,9 +287,9 @@ def load_tokenizer(source: str):
     """The target's tokenizer alone: what regeneration through a server needs (no weights in memory,
     and for a GGUF none written to disk either)."""
     quiet_transformers()
-    path = resolve_tokenizer_dir(source)
+    path = refuse_model_code(resolve_tokenizer_dir(source))
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as e:
         raise EaglewireError(f"target {source!r}: cannot load the tokenizer in {path} ({type(e).__name__}: {e})") from e
     if tok.pad_token_id is None:
@@ -316,11 +336,11 @@ def load_skeleton(source: str) -> Target:
     costs its embedding here, not its weights.
     """
     quiet_transformers()
-    path = resolve_target_dir(source)
+    path = refuse_model_code(resolve_target_dir(source))
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as e:
         raise EaglewireError(f"target {source!r}: transformers cannot build {path} as a causal LM "
                              f"({type(e).__name__}: {e})") from e

@@ -137,7 +137,7 @@ def build_tiny(arch: str, out_dir: Path, **overrides) -> Path:
     for k, v in overrides.items():
         setattr(cfg, k, v)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, trust_remote_code=False)
     _init_weights(model)
     model.generation_config = GenerationConfig(bos_token_id=bos_id, eos_token_id=[eos_id], pad_token_id=eos_id)
     with atomic_dir(out_dir) as tmp:
