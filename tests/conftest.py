@@ -22,6 +22,14 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.integration if real else pytest.mark.unit)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _thin_matrix_kernel_built():
+    """Build (or load) the CPU kernel before any test, so its one-time build line never lands in a test's output."""
+    from eaglewire.targets.smallm import smallm_kernel
+
+    smallm_kernel()
+
+
 @pytest.fixture(scope="session")
 def tiny_targets():
     """Loaded tiny targets, one per architecture, built once per session."""

@@ -1,4 +1,4 @@
-"""oneDNN-prepacked linear layers for CPU decoding.
+"""Linear layers for CPU decoding: a thin-matrix kernel and oneDNN-prepacked weights.
 
 WHY: at decode batch sizes (M = 1..64 rows) MKL's sgemm re-reads the weight in
 its plain layout every call, and the target's lm_head is the largest matrix
@@ -13,6 +13,11 @@ relative); greedy exactness against the unmodified target is checked in the
 tests. Anything other than fp32 on CPU (or a torch without the op) falls back
 to ``F.linear`` so the code path is always valid.
 
+Calls of 1..8 rows (decode, verify, chain drafting) go first to the
+thin-matrix kernel of :mod:`eaglewire.targets.smallm` when it could be built
+(both cores on one weight stream); it is ``None`` without a compiler, and then
+the oneDNN / MKL paths above serve those rows too.
+
 ``packed_linears`` swaps the forward of a model's ``nn.Linear`` modules in a
 ``with`` block and restores them on exit, so the user's model object is never
 left modified (the transformers baselines in ``bench`` must run unpacked).
@@ -25,6 +30,8 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from eaglewire.targets.smallm import smallm_kernel, usable
 
 
 def _packable(weight: torch.Tensor) -> bool:
@@ -40,7 +47,7 @@ class FastLinear(nn.Module):
     """y = x W^T (+ b) with a weight prepacked once for oneDNN; any leading shape."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, batch_hint: int = 8,
-                 min_rows: int = 1, max_rows: int = 64):
+                 min_rows: int = 1, max_rows: int = 64, pack: bool = True, kernel: bool = True):
         super().__init__()
         # Outside [min_rows, max_rows] MKL wins: oneDNN builds a primitive per new
         # row count (paid once per prefill length), and at M=1 MKL is as fast
@@ -50,41 +57,51 @@ class FastLinear(nn.Module):
         self.weight = weight.detach()
         self.bias = None if bias is None else bias.detach()
         self.packed = None
-        if _packable(self.weight):
+        # the thin-matrix kernel, for 1..MAX_ROWS rows (targets/smallm.py) (None: not built here)
+        self.kernel = smallm_kernel() if kernel and _packable(self.weight) else None
+        if self.kernel is not None:
+            self.weight = self.weight.contiguous()
+            self.bias = None if self.bias is None else self.bias.contiguous()
+        if pack and _packable(self.weight):
             try:
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, batch_hint)
             except RuntimeError:  # oneDNN without the op for this shape: stay on MKL
                 self.packed = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
-        if self.packed is None or x.dtype != torch.float32 or x.device.type != "cpu":
+        if (self.packed is None and self.kernel is None) or x.dtype != torch.float32 or x.device.type != "cpu":
             return F.linear(x, self.weight, self.bias)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).contiguous()  # [M, in]
-        if not self.min_rows <= x2.shape[0] <= self.max_rows:
+        if self.kernel is not None and usable(x2, self.weight):
+            return self.kernel.linear(x2, self.weight, self.bias).reshape(*lead, self.out_features)
+        if self.packed is None or not self.min_rows <= x2.shape[0] <= self.max_rows:
             return F.linear(x, self.weight, self.bias)
         y = torch.ops.mkldnn._linear_pointwise(x2, self.packed, self.bias, "none", [], "")
         return y.reshape(*lead, self.out_features)
 
 
 @contextmanager
-def packed_linears(model: nn.Module, enabled: bool = True, min_numel: int = 1 << 18):
+def packed_linears(model: nn.Module, enabled: bool = True, min_numel: int = 1 << 18, kernel_numel: int = 1 << 16):
     """Temporarily route the large ``nn.Linear`` layers of ``model`` through FastLinear.
 
     Only weights with >= ``min_numel`` elements are packed (for tiny matrices
     the oneDNN call overhead exceeds the matmul) and only calls with 2..64
-    rows use the pack (verify / tree drafting sizes). Packing copies each
-    weight; the packs are cached on the module object so re-entering is cheap.
+    rows use the pack (verify / tree drafting sizes). Weights with >=
+    ``kernel_numel`` elements take the thin-matrix kernel for 1..8 rows when
+    it is built. Packing copies each weight; the packs are cached on the
+    module object so re-entering is cheap.
     """
     if not enabled:
         yield
         return
     swapped = []
     for mod in model.modules():
-        if type(mod) is nn.Linear and _packable(mod.weight) and mod.weight.numel() >= min_numel:
+        big = type(mod) is nn.Linear and _packable(mod.weight) and mod.weight.numel() >= min(min_numel, kernel_numel)
+        if big and (mod.weight.numel() >= min_numel or smallm_kernel() is not None):
             fast = getattr(mod, "_eaglewire_fast", None)
             if fast is None or fast.weight.data_ptr() != mod.weight.data_ptr():
-                fast = FastLinear(mod.weight, mod.bias, min_rows=2)
+                fast = FastLinear(mod.weight, mod.bias, min_rows=2, pack=mod.weight.numel() >= min_numel)
                 object.__setattr__(mod, "_eaglewire_fast", fast)
             mod.forward = fast.forward  # instance attribute shadows the class method
             swapped.append(mod)

@@ -1,0 +1,125 @@
+"""A thin-matrix fp32 kernel for CPU verify steps, built once and cached.
+
+WHY: a speculative verify multiplies 2..8 rows by every weight of the target.
+At those row counts MKL and oneDNN either run on one core or re-read each
+weight per row, so on a 2-core machine a 4-token verify cost 1.6x a plain
+decode step while the memory traffic (the weights, read once) is the same.
+``kernels/smallm.cpp`` streams each weight once for all rows and splits the
+output rows over torch's intra-op threads, as the 1-row path already is.
+
+It is compiled on first use with torch's own extension machinery into the
+eaglewire cache, keyed by the source, the torch version and the CPU
+capability, and checked against ``F.linear`` before it is used. Without a
+compiler, on a CPU without AVX2, on anything but fp32 CPU tensors, or with
+``EAGLEWIRE_KERNELS=0``, :func:`smallm_kernel` returns None and callers keep
+the oneDNN / MKL path: nothing depends on the compiler being there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from eaglewire.targets.load import cache_dir
+
+MAX_ROWS = 8  # the kernel's row counts: 1..MAX_ROWS
+SOURCE = Path(__file__).resolve().parent / "kernels" / "smallm.cpp"
+_STATE: dict[str, object] = {}
+
+
+def _capability() -> str:
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except Exception:  # a torch without the query: treat as unknown
+        return "unknown"
+
+
+def unavailable_reason() -> str | None:
+    """Why the kernel cannot be built here (None: it can be tried)."""
+    if os.environ.get("EAGLEWIRE_KERNELS", "1") == "0":
+        return "disabled by EAGLEWIRE_KERNELS=0"
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"not an x86-64 CPU ({platform.machine()})"
+    if _capability() not in ("AVX2", "AVX512"):
+        return f"CPU capability {_capability()} (AVX2 needed)"
+    if not SOURCE.is_file():
+        return f"{SOURCE} missing"
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        return "no C++ compiler on PATH"
+    return None
+
+
+def kernel_key() -> str:
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(f"{torch.__version__}|{_capability()}|{sys.version_info[:2]}".encode())
+    return h.hexdigest()[:12]
+
+
+def _build():
+    from torch.utils.cpp_extension import load  # imports setuptools: only when a kernel is wanted
+
+    key = kernel_key()
+    build = cache_dir() / "kernels" / f"smallm-{key}"
+    build.mkdir(parents=True, exist_ok=True)
+    name = f"eaglewire_smallm_{key}"
+    fresh = not any(build.glob(f"{name}*.so"))
+    if fresh:
+        print(f"[kernels] building the thin-matrix CPU kernel once (~1 min) into {build}", file=sys.stderr)
+    t0 = time.perf_counter()
+    path = os.environ.get("PATH", "")
+    # the pinned `ninja` wheel puts its binary beside this Python, which is not on PATH in an unactivated venv
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), path])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod = load(name=name, sources=[str(SOURCE)], build_directory=str(build), verbose=False,
+                       extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"])
+    finally:
+        os.environ["PATH"] = path
+    if fresh:
+        print(f"[kernels] built in {time.perf_counter() - t0:.0f} s (cached for this torch and CPU)", file=sys.stderr)
+    return mod
+
+
+def _self_check(mod) -> str | None:
+    g = torch.Generator().manual_seed(0)
+    for m, n, k in ((1, 67, 29), (3, 64, 576), (8, 33, 100)):
+        x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g))
+        for bias in (None, b):
+            got, want = mod.linear(x, w, bias), F.linear(x, w, bias)
+            if not torch.allclose(got, want, rtol=1e-5, atol=1e-4):
+                return f"self-check failed at M={m}, N={n}, K={k} (max diff {(got - want).abs().max():.3g})"
+    return None
+
+
+def smallm_kernel():
+    """The loaded kernel module (``.linear(x [M, K], w [N, K], bias)``), or None; decided once per process."""
+    if "mod" in _STATE:
+        return _STATE["mod"]
+    mod, why = None, unavailable_reason()
+    if why is None:
+        try:
+            mod = _build()
+            why = _self_check(mod)
+        except Exception as e:  # no toolchain, a failed compile: the oneDNN path stays
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+        if why:
+            print(f"[kernels] thin-matrix kernel not used ({why}); verify falls back to oneDNN", file=sys.stderr)
+            mod = None
+    _STATE["mod"], _STATE["why"] = mod, why
+    return mod
+
+
+def usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the kernel takes this call: fp32 CPU tensors, 1..MAX_ROWS rows."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
+            and 1 <= x.shape[0] <= MAX_ROWS)
