@@ -30,7 +30,6 @@ from eaglewire.targets.fastlinear import FastLinear, packed_linears
 from eaglewire.targets.kvcache import growing_cache, keep_rows, window_masks
 from eaglewire.targets.points import Point
 
-
 FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"  # transformers' own switch (integrations/sdpa_attention.py)
 
 
