@@ -17,6 +17,9 @@ CATEGORIES = {"math": 1, "writing": 2}
 STAGE_SECONDS = {"data": 330.0, "train": 240.0, "doctor": 12.0, "bench": 114.0}
 
 
+DRAFT_S, VERIFY_S = 0.004, 0.05  # a round's draft and verify time in the synthetic bench
+
+
 def synthetic_bench(repeats: int = 2, differ: dict | None = None, min_prob: float = 0.1,
                     tps: dict | None = None) -> dict:
     """``tps`` replaces some methods' tokens/s per repeat (TPS's shape), to make e.g. a chain within noise."""
@@ -25,13 +28,14 @@ def synthetic_bench(repeats: int = 2, differ: dict | None = None, min_prob: floa
         tps = rate[:repeats]
         vs_plain = [a / b for a, b in zip(tps, rates["eaglewire_plain"])]
         vs_hf = [a / b for a, b in zip(tps, rates["hf_generate"])]
-        row = {"tokens": 600, "tokens_per_s": _median(tps), "tokens_per_s_spread": _spread(tps),
+        row = {"tokens": 600, "seconds": 600 / _median(tps), "tokens_per_s": _median(tps), "tokens_per_s_spread": _spread(tps),
                "speedup": _median(vs_hf), "speedup_spread": _spread(vs_hf),
                "speedup_vs_plain": _median(vs_plain), "speedup_vs_plain_spread": _spread(vs_plain),
                "speedup_vs_plain_per_prompt": _spread([vs_plain[0] * f for f in PROMPT_FACTORS]),
                "differ_from_baseline": (differ or {}).get(name, 0)}
         if name in TAU:
             row.update(tau=TAU[name], verify_steps=400, rounds_without_drafts=40,
+                       time_s={"draft": 400 * DRAFT_S, "verify": 400 * VERIFY_S, "prefill": 0.5, "other": 0.1},
                        accept_per_position={"cumulative": [0.4, 0.2]})
         methods[name] = row
     return {"max_new_tokens": 64, "num_prompts": 3, "repeats": repeats, "methods": methods,

@@ -129,3 +129,18 @@ def test_demo_doctor_checks_the_exports_without_a_warning(tiny_drafter, tmp_path
     assert all(c["name"] == "sample size" for c in demoted)  # the preset fixes the split: INFO, not WARN
     for r in configs:  # the training config was found (in the export's own record), so it was checked
         assert any(c["name"] == "rope / norm" and "match training" in c["detail"] for c in r["checks"])
+
+
+def test_where_the_time_goes_splits_each_round_against_a_plain_step(make_run):
+    from eaglewire_testing.demo_data import DRAFT_S, VERIFY_S
+
+    md = (make_run()).joinpath("report.md").read_text()
+    sec = _section(md, "Where the time goes (per verify round, from the bench's own timers)")
+    bench = synthetic_bench()
+    plain_ms = 1000 / bench["methods"]["eaglewire_plain"]["tokens_per_s"]
+    chain = next(r for r in sec.splitlines() if r.startswith("| eaglewire_chain |"))
+    ratio = (DRAFT_S + VERIFY_S) * 1000 / plain_ms
+    tau = bench["methods"]["eaglewire_chain"]["tau"]
+    assert chain == (f"| eaglewire_chain | {plain_ms:.1f} | {DRAFT_S * 1000:.1f} | {VERIFY_S * 1000:.1f} | "
+                     f"{ratio:.2f} | {tau:.2f} | {tau / ratio:.2f}x |")
+    assert "eaglewire_plain |" not in sec and "hf_generate |" not in sec

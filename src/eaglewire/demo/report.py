@@ -16,7 +16,7 @@ from pathlib import Path
 from eaglewire.decoding.bench import fmt_ratio, plot_speed
 from eaglewire.demo.acceptance import prediction_row, tau_relation, tau_rows
 from eaglewire.demo.deploy import export_rows, more_lines
-from eaglewire.demo.findings import caveats, doctor_rows, verdict_line, verdict_tone
+from eaglewire.demo.findings import caveats, doctor_rows, round_cost, verdict_line, verdict_tone
 from eaglewire.infra.plots import pyplot
 
 LOSS_LABEL = "loss (nats/token, sum over TTT steps)"
@@ -78,6 +78,24 @@ def _bench_rows(bench: dict) -> list[list[str]]:
                      f"{m['tau']:.2f}" if m.get("tau") else "-", " ".join(f"{x:.2f}" for x in pp) or "-",
                      str(m.get("differ_from_baseline", "-"))])
     return rows
+
+
+def _time_rows(bench: dict) -> list[list[str]]:
+    """Per speculative method: a round's draft and verify time against a plain decode step, and the tokens it gave."""
+    rows = []
+    for name, m in bench.get("methods", {}).items():
+        cost = round_cost(bench, name) if name != "eaglewire_plain" else None
+        if not cost or not m.get("tau"):
+            continue
+        rows.append([name, f"{cost['plain_ms']:.1f}", f"{cost['draft_ms']:.1f}", f"{cost['verify_ms']:.1f}",
+                     f"{cost['ratio']:.2f}", f"{m['tau']:.2f}", f"{m['tau'] / cost['ratio']:.2f}x"])
+    return rows
+
+
+TIME_LINES = ["A round pays when the tokens it gives (tau) exceed what it costs in plain decode steps; their quotient "
+              "is the speedup the split predicts (the measured one also pays prefill and the rounds' bookkeeping). "
+              "Draft time shrinks with a smaller draft vocabulary or depth; verify time is the target's forward over "
+              "the drafted tokens, which the engine keeps near one decode step (bench_decoding.py)."]
 
 
 def _category_rows(bench: dict) -> list[list[str]]:
@@ -149,6 +167,9 @@ def _sections(run: Path, preset: str, p: dict, log: dict) -> list[tuple[str, lis
         ("Speed (greedy, shipped held-out prompts, methods interleaved per prompt)",
          ["method", "tok/s", "vs eaglewire plain", "vs transformers generate", "tau (bench; see Acceptance)",
           "cumulative acceptance per position", "prompts differing from transformers generate"], _bench_rows(bench), []),
+        ("Where the time goes (per verify round, from the bench's own timers)",
+         ["method", "plain decode step (ms)", "draft (ms)", "verify (ms)", "round in plain steps", "tau",
+          "tau / round cost"], _time_rows(bench), TIME_LINES),
         (ACCEPTANCE, ["measurement", "value", "what it counts", "evaluated on"],
          tau_rows(log, run), [tau_relation(log)] + pred_line),
         ("Per category (held-out prompts; n = prompts per figure)", ["category", "prompts", "chain tau",
