@@ -9,7 +9,7 @@ Measures, against a KV cache of --context tokens:
   - hf: transformers forward of N tokens with full logits at all N rows;
   - hf base: the decoder stack without any lm_head;
   - onednn / kernel: eaglewire TargetRunner with oneDNN-prepacked linears,
-    without / with the thin-matrix kernel for 1..8 rows, + logits at the rows
+    without / with the thin-matrix kernel for 1..16 rows, + logits at the rows
     a greedy walk typically needs (min(N, 6)); "x step" is that time over the
     same variant's N = 1 (our own plain decode step);
 * drafter step: a random EAGLE-3 drafter sized for the target, T = 1 and

@@ -61,7 +61,7 @@ def test_fastlinear_routes_rows_to_the_kernel_and_the_rest_elsewhere(kernel):
     w, b = torch.randn(300, 64, generator=g), torch.randn(300, generator=g)
     fl = FastLinear(w, b)
     assert fl.kernel is kernel
-    for rows in (1, 4, 8, 9, 40, 100):  # 9+ rows go to oneDNN / MKL
+    for rows in (1, 4, 8, 9, 16, 17, 40, 100):  # 17+ rows go to oneDNN / MKL
         x = torch.randn(rows, 64, generator=g)
         torch.testing.assert_close(fl(x), F.linear(x, w, b), rtol=1e-5, atol=1e-4)
     assert fl(torch.randn(2, 3, 64)).shape == (2, 3, 300)

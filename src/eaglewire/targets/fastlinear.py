@@ -13,7 +13,7 @@ relative); greedy exactness against the unmodified target is checked in the
 tests. Anything other than fp32 on CPU (or a torch without the op) falls back
 to ``F.linear`` so the code path is always valid.
 
-Calls of 1..8 rows (decode, verify, chain drafting) go first to the
+Calls of 1..16 rows (decode, verify, drafting) go first to the
 thin-matrix kernel of :mod:`eaglewire.targets.smallm` when it could be built
 (both cores on one weight stream); it is ``None`` without a compiler, and then
 the oneDNN / MKL paths above serve those rows too.
@@ -88,7 +88,7 @@ def packed_linears(model: nn.Module, enabled: bool = True, min_numel: int = 1 <<
     Only weights with >= ``min_numel`` elements are packed (for tiny matrices
     the oneDNN call overhead exceeds the matmul) and only calls with 2..64
     rows use the pack (verify / tree drafting sizes). Weights with >=
-    ``kernel_numel`` elements take the thin-matrix kernel for 1..8 rows when
+    ``kernel_numel`` elements take the thin-matrix kernel for 1..16 rows when
     it is built. Packing copies each weight; the packs are cached on the
     module object so re-entering is cheap.
     """
