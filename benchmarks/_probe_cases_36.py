@@ -1,5 +1,9 @@
 """Issue 36 ("Hardening, third pass") for `probe_hardening.py`: paths that input names, custom model code,
-a loopback capture server, help texts that render, and small bad values.
+a loopback capture server, help texts that render, and small bad values;
+`doctor live` against a fake vLLM server (item 9: the issue's doctor live findings); sizes in a
+drafter's or an imported config.json (item 10); `train --resume` with
+other spellings of its paths and required options in --config (item 11); a full disk (item 12, as `ulimit -f`);
+a truncated target and garbage `data import` files (item 13).
 
 Names start with `i36-` (run them alone with `--only i36-`); `item` is the issue's item number.
 """
@@ -102,6 +106,159 @@ def _not(path: str, what: str):
     return lambda res, w, d: need(not (d / path).exists(), what)
 
 
+def _live(**server):
+    """`doctor live` of the tiny drafter against a fake vLLM server playing `server` (fake_vllm.FakeVllm)."""
+    def prep(w: World, d: Path) -> list:
+        from eaglewire_testing.fake_vllm import models
+
+        srv = w.vllm(**{"served": models("tiny:llama"), **server})
+        return ["doctor", "live", "--server", srv.url, "--drafter", w.drafter, "--num-prompts", 2, "--max-new-tokens", 4]
+    return prep
+
+
+def _live_cases() -> list[Case]:
+    from eaglewire_testing.fake_vllm import counters, models
+
+    nan = counters(5, [1, 1]).replace(' 5\n', ' NaN\n', 1)
+    no_pos = counters(5, [1, 1]) + "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\"} 4\n"
+    return [
+        Case("i36-live-serves-another-model", 9, _live(served=models("Qwen/Qwen3-8B")),
+             words=("/v1/models", "not the drafter's target")),
+        Case("i36-live-models-wrong-shape", 9, _live(served={"data": ["tiny:llama"]}), words=("/v1/models", "data[0]")),
+        Case("i36-live-version-list", 9, _live(version=["0.32.0"]), words=("/version", "JSON object")),
+        Case("i36-live-metric-nan", 9, _live(metrics=[nan]), words=("/metrics line", "not a count")),
+        Case("i36-live-per-pos-without-label", 9, _live(metrics=[no_pos]), words=("/metrics line", 'position="N"')),
+        Case("i36-live-counters-backwards", 9, _live(metrics=[counters(15, [7, 4]), counters(5, [1, 1])]),
+             words=("went from 15 to 5", "restart")),
+        Case("i36-live-metrics-trickle", 9, _live(trickle_s=0.2), words=("/metrics", "no complete reply within")),
+    ]
+
+
+def _sized(kind: str, field: str, value):
+    """A copy of the test checkpoint (`ck`) or of its SGLang export (`import`) whose config.json states `value`."""
+    def prep(w: World, d: Path) -> list:
+        src = w.copy(w.ckpt if kind == "ck" else w.export("sglang"), d / "src")
+        raw = json.loads((src / "config.json").read_text())
+        (raw["eaglewire_drafter_config"] if kind == "ck" else raw)[field] = value
+        write(src / "config.json", json.dumps(raw))
+        if kind == "ck":
+            return ["export", src, "--format", "sglang", "--out", d / "out"]
+        return ["import", src, "--out", d / "out", "--target-layers", 8]
+    return prep
+
+
+def _size_cases() -> list[Case]:
+    words = lambda f: ("src/config.json", f"field {f} =")  # noqa: E731
+    return [Case(f"i36-{kind}-config-{field}-{value:.0e}", 10, _sized(kind, field, value), words=words(field),
+                 mem_gib=4, post=_not("out", "an artifact was written"))
+            for kind, field, value in [("ck", "num_layers", 10**7), ("ck", "vocab_size", 10**12),
+                                       ("ck", "hidden_size", 10**9), ("import", "num_hidden_layers", 10**7),
+                                       ("import", "vocab_size", 10**12), ("import", "hidden_size", 10**9)]]
+
+
+def _small_files(limit: int):
+    """A run under `ulimit -f` (SIGXFSZ ignored, so a write past `limit` bytes fails as a full disk would)."""
+    def run(w: World, d: Path, args: list) -> Res:
+        import resource
+        import signal
+
+        def limit_files():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        cmd = [sys.executable, "-m", "eaglewire.cli", *map(str, args)]
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, cwd=d, env=CLI_ENV, timeout=180,
+                               preexec_fn=limit_files)
+            return Res(cmd, p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+        except subprocess.TimeoutExpired as e:
+            return Res(cmd, None, str(e.stdout or ""), str(e.stderr or ""), time.monotonic() - t0, timed_out=True)
+    return run
+
+
+def _full_cases() -> list[Case]:
+    full = ("file size limit reached while writing", "disk full while writing")
+
+    def export_force(w: World, d: Path) -> list:
+        out = w.copy(w.export("sglang"), d / "out")
+        return ["export", w.ckpt, "--format", "sglang", "--out", out, "--force"]
+
+    def vocab(w: World, d: Path) -> list:
+        return ["data", "vocab", w.copy(w.llama_ds, d / "ds"), "--vocab-size", 30]
+
+    return [
+        Case("i36-full-disk-train", 12, lambda w, d: ["train", "--data", w.llama_ds, "--out", d / "run", "--device", "cpu",
+                                                      "--max-steps", 2, "--save-every", 1],
+             words=(full, "state/"), run=_small_files(16 << 10), strict=False, post=_not("run/drafter", "drafter written")),
+        Case("i36-full-disk-data-vocab", 12, vocab, words=(full, "vocab.safetensors"), run=_small_files(1 << 10),
+             protect=("ds/vocab.safetensors", "ds/vocab.json", "ds/manifest.json")),
+        Case("i36-full-disk-export-force", 12, export_force, words=(full,), run=_small_files(16 << 10),
+             protect=("out/model.safetensors", "out/config.json")),
+        Case("i36-full-disk-data-build", 12, lambda w, d: ["data", "build", "--target", "tiny:llama", "--device", "cpu",
+                                                           "--max-new-tokens", 4, "--vocab-size", 50, "--out", d / "out",
+                                                           "--prompts", prompts(d / "p.jsonl", 4)],
+             words=(full, "shard-00000.safetensors"), run=_small_files(4 << 10), strict=False),
+    ]
+
+
+def _resume_cases() -> list[Case]:
+    import os
+
+    same = ["--device", "cpu", "--max-steps", 2, "--save-every", 1, "--resume"]  # as World.killed_run started it
+
+    def relative(w: World, d: Path) -> list:  # started with absolute paths, resumed with relative ones
+        w.killed_run(d)
+        return ["train", "--data", os.path.relpath(w.llama_ds, d), "--out", "run", *same]
+
+    def moved(w: World, d: Path) -> list:
+        shutil.move(w.killed_run(d), d / "moved")
+        return ["train", "--data", w.llama_ds, "--out", d / "moved", *same]
+
+    def in_config(w: World, d: Path) -> list:  # the required --data and --out only in the --config file
+        cfg = {"data": str(w.llama_ds), "out": str(d / "run"), "max_steps": 1, "device": "cpu"}
+        return ["train", "--config", write(d / "train.json", json.dumps(cfg))]
+
+    def finished(where: str):
+        def check(res: Res, w: World, d: Path) -> str:
+            need(res.rc == 0, f"exit {res.rc}: {res.stderr.strip().splitlines()[-1:]}")
+            need((d / where / "drafter").is_dir(), f"no {where}/drafter")
+            return f"{where}/drafter written"
+        return check
+
+    return [Case("i36-train-resume-relative-paths", 11, relative, check=finished("run")),
+            Case("i36-train-resume-moved-run", 11, moved, check=finished("moved")),
+            Case("i36-train-required-options-in-config", 11, in_config, check=finished("run"))]
+
+
+def _broken_files_cases() -> list[Case]:
+    def truncated_target(w: World, d: Path) -> list:
+        from eaglewire.targets.load import load_target
+
+        t = w.copy(load_target("tiny:llama").path, d / "t")
+        f = t / "model.safetensors"
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+        return ["inspect", "--target", t, "--device", "cpu"]
+
+    def speculators(w: World, d: Path) -> list:
+        write(d / "src" / "hidden_states" / "hs_0.safetensors", b"\x10\x00" * 40)
+        return ["data", "import", d / "src", "--out", d / "ds", "--all-loss"]
+
+    def specforge(w: World, d: Path) -> list:
+        import torch
+
+        (d / "src" / "rows_0").mkdir(parents=True)
+        torch.save({"input_ids": torch.zeros(4).long(), "aux_hidden_state": torch.zeros(1, 4, 96)},
+                   d / "src" / "rows_0" / "data_0.ckpt")
+        return ["data", "import", d / "src", "--out", d / "ds"]
+
+    return [Case("i36-inspect-truncated-safetensors", 13, truncated_target,
+                 words=("t/model.safetensors", "not a whole safetensors file")),
+            Case("i36-data-import-garbage-speculators", 13, speculators,
+                 words=("hs_0.safetensors", "not a whole safetensors file")),
+            Case("i36-data-import-specforge-missing-keys", 13, specforge, words=("data_0.ckpt", "hidden_state"))]
+
+
 def issue36() -> list[Case]:
     build = ["data", "build", "--target", "tiny:llama", "--device", "cpu", "--max-new-tokens", 4, "--vocab-size", 50]
     in_out = lambda w, d: [*build, "--out", d / "out", "--prompts", prompts(d / "out" / "prompts.jsonl", 2)]  # noqa: E731
@@ -142,4 +299,9 @@ def issue36() -> list[Case]:
              words=("--samples",)),
         Case("i36-doctor-drafter-samples-negative", 8, lambda w, d: ["doctor", "drafter", d, "--data", d, "--samples", -2],
              words=("--samples",)),
+        *_live_cases(),
+        *_size_cases(),
+        *_resume_cases(),
+        *_full_cases(),
+        *_broken_files_cases(),
     ]

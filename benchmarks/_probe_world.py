@@ -226,12 +226,20 @@ class World:
         self.tmp = tmp
         self._server: FakeServer | None = None
         self._interrupted = None
+        self._vllms: list = []
 
     @property
     def server(self) -> FakeServer:
         if self._server is None:
             self._server = FakeServer()
         return self._server
+
+    def vllm(self, **kw):
+        """A fake vLLM server for `doctor live` (eaglewire_testing/fake_vllm.py), closed with the world."""
+        from eaglewire_testing.fake_vllm import FakeVllm
+
+        self._vllms.append(FakeVllm(**kw))
+        return self._vllms[-1]
 
     def case_dir(self, name: str) -> Path:
         d = self.tmp / "cases" / name
@@ -339,5 +347,7 @@ class World:
         return json.loads((load_target(f"tiny:{arch}").path / "config.json").read_text())
 
     def close(self):
+        for v in self._vllms:
+            v.close()
         if self._server is not None:
             self._server.httpd.shutdown()

@@ -101,11 +101,34 @@ def test_old_config_keys_load(tmp_path, capsys):
 
     saved = tmp_path / "vocab.config.json"  # as an earlier `data vocab` wrote it
     saved.write_text(json.dumps({"command": "DataVocabConfig", "config": {"data": "ds", "size": 4096, "json": False}}))
-    assert load_config_file(DataVocabConfig, saved) == {"data": "ds", "vocab_size": 4096, "json": False}
+    assert load_config_file(DataVocabConfig, saved) == {"data": Path("ds"), "vocab_size": 4096, "json": False}
     assert capsys.readouterr().err.strip() == f"--config {saved}: key 'size' is deprecated: use 'vocab_size'"
     saved.write_text(json.dumps({"data": "ds", "size": 1, "vocab_size": 2}))
     with pytest.raises(EaglewireError, match="both 'size' \\(the old name\\) and 'vocab_size' given"):
         load_config_file(DataVocabConfig, saved)
+
+
+def test_required_options_may_come_only_from_the_config_file(tmp_path):
+    """`train --config F` with --data and --out in F was refused as missing --data, and a path from F stayed a str."""
+    cfg = tmp_path / "train.json"
+    cfg.write_text(json.dumps({"data": str(tmp_path / "nodata"), "out": str(tmp_path / "run")}))
+    r = run_cli("train", "--config", cfg)
+    assert r.returncode == 2 and r.stderr.strip() == f"error: dataset directory {tmp_path / 'nodata'} does not exist", r.stderr
+    r = run_cli("train", "--config", cfg, "--data", tmp_path / "other")  # the flag still wins
+    assert r.returncode == 2 and "other does not exist" in r.stderr
+    cfg.write_text(json.dumps({"out": str(tmp_path / "run")}))
+    r = run_cli("train", "--config", cfg)
+    assert r.returncode == 2 and r.stderr.strip().startswith("error: missing --data (on the command line or in --config)")
+
+
+@pytest.mark.parametrize("raw, words", [({"data": 5}, "data = 5: expected a path"),
+                                        ({"data": "d", "out": "o", "lr": "fast"}, "lr = 'fast': expected a number"),
+                                        ({"data": "d", "out": "o", "max_steps": True}, "max_steps = True: expected an integer")])
+def test_a_mistyped_config_value_is_one_line(tmp_path, raw, words):
+    cfg = tmp_path / "train.json"
+    cfg.write_text(json.dumps(raw))
+    r = run_cli("train", "--config", cfg)
+    assert r.returncode == 2 and r.stderr.strip() == f"error: --config {cfg}: {words}", r.stderr
 
 
 def test_old_config_keys_through_the_cli_and_flags_win(tmp_path):

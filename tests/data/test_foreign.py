@@ -102,3 +102,57 @@ def test_wrong_point_count_is_refused(tmp_path):
     with pytest.raises(EaglewireError, match="2 points stated but the files hold 3 feature slots"):
         run_data_import(DataImportConfig(src=tmp_path / "sf", out=tmp_path / "ds", points=["layers.1.out", "layers.3.out"],
                                          target_layers=8))
+
+
+def _truncate(f):
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda f: f.write_bytes(b"garbage" * 9), r"hs_2.safetensors: not a whole safetensors file"),
+    (_truncate, r"hs_2.safetensors: not a whole safetensors file"),
+    (lambda f: save_file({"hidden_states": torch.zeros(3, 4, H)}, str(f)), r"hs_2.safetensors: no token_ids"),
+    (lambda f: save_file({"hidden_states": torch.zeros(3, 4, H), "token_ids": torch.zeros(3)}, str(f)),
+     r"hs_2.safetensors: token_ids \[3\] torch.float32 is not \[T\] integers"),
+    (lambda f: save_file({"hidden_states": torch.zeros(3, 4, H, dtype=torch.int32), "token_ids": torch.zeros(3).long()},
+                         str(f)), r"hs_2.safetensors: hidden_states \[3, 4, 64\] torch.int32 is not"),
+    (lambda f: f.rename(f.with_name("hs_x.safetensors")), r"hs_x.safetensors: expected the sample number"),
+])
+def test_garbage_speculators_files_are_one_line(tmp_path, damage, words):
+    _speculators_dir(tmp_path / "sp")
+    damage(tmp_path / "sp" / "hidden_states" / "hs_2.safetensors")
+    with pytest.raises(EaglewireError, match=words):
+        run_data_import(DataImportConfig(src=tmp_path / "sp", out=tmp_path / "ds", all_loss=True))
+    assert not (tmp_path / "ds" / "manifest.json").exists() or not json.loads(
+        (tmp_path / "ds" / "manifest.json").read_text()).get("complete")
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda d: d.pop("loss_mask"), "data_1.ckpt: no loss_mask"),
+    (lambda d: d.update(hidden_state=torch.randn(1, 3, H)), "data_1.ckpt: .* do not hold 6 tokens"),
+    (lambda d: d.update(loss_mask=torch.ones(2)), "data_1.ckpt: .* do not hold 6 tokens"),
+    (lambda d: d.update(input_ids=torch.zeros(0).long()), "data_1.ckpt: .* do not hold 0 tokens"),
+])
+def test_garbage_specforge_files_are_one_line(tmp_path, damage, words):
+    data = _specforge_dir(tmp_path / "sf")
+    damage(data[1])
+    torch.save(data[1], tmp_path / "sf" / "rows_0-5000" / "data_1.ckpt")
+    with pytest.raises(EaglewireError, match=words):
+        run_data_import(DataImportConfig(src=tmp_path / "sf", out=tmp_path / "ds"))
+
+
+def test_a_garbage_arrow_dataset_is_one_line(tmp_path):
+    pytest.importorskip("pyarrow")
+    _speculators_dir(tmp_path / "sp")
+    (tmp_path / "sp" / "data-00000-of-00001.arrow").write_bytes(b"not arrow at all")
+    with pytest.raises(EaglewireError, match="data-00000-of-00001.arrow: not an Arrow stream with a loss_mask column"):
+        run_data_import(DataImportConfig(src=tmp_path / "sp", out=tmp_path / "ds"))
+
+
+def test_files_of_different_shapes_are_one_line(tmp_path):
+    _speculators_dir(tmp_path / "sp")
+    save_file({"hidden_states": torch.zeros(3, P + 1, H // 2), "token_ids": torch.zeros(3).long()},
+              str(tmp_path / "sp" / "hidden_states" / "hs_3.safetensors"))
+    with pytest.raises(EaglewireError, match=r"sample 3 holds features \[3, 32\] and a final state of width 32, "
+                                             r"the samples before \[3, 64\] and 64"):
+        run_data_import(DataImportConfig(src=tmp_path / "sp", out=tmp_path / "ds", all_loss=True))

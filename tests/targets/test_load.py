@@ -189,3 +189,15 @@ def test_inspect_refuses_custom_code_even_when_stdin_says_yes(tmp_path):
         f"error: {d}: has custom code (auto_map in config.json); eaglewire never runs model code "
         "(use a target that transformers supports natively)"], r.stderr
     assert not (tmp_path / "RAN").exists()
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage"])
+def test_a_broken_model_safetensors_is_one_line_naming_it(tmp_path, how):
+    import shutil
+
+    t = shutil.copytree(load.load_target("tiny:llama").path, tmp_path / "t")
+    w = t / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2] if how == "truncated" else b"garbage" * 9)
+    for read in (load.load_target, load.load_skeleton, load.load_head_weight):
+        with pytest.raises(EaglewireError, match=rf"^target '{t}': {w}: not a whole safetensors file \(.*\); download"):
+            read(str(t))

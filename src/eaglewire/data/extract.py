@@ -23,7 +23,7 @@ from tqdm import tqdm
 from eaglewire.data.config import ExtractSettings
 from eaglewire.data.lossmask import render_with_mask
 from eaglewire.data.manifest import MANIFEST, Manifest, shard_problem
-from eaglewire.infra.atomic import follow_umask
+from eaglewire.infra.atomic import follow_umask, on_disk_full
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.device import dtype_from_name, dtype_name
 from eaglewire.infra.errors import EaglewireError
@@ -118,7 +118,12 @@ def write_shard(out_dir: Path, k: int, buf: list, sdtype) -> dict:
     }
     name = f"shard-{k:05d}.safetensors"
     tmp = out_dir / f".{name}.tmp"
-    save_file(tensors, str(tmp))
+    try:
+        with on_disk_full(out_dir, name):
+            save_file(tensors, str(tmp))
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed write leaves no torn temporary
+        raise
     follow_umask(tmp)  # safetensors writes 0600; a reader running as another user needs the umask's modes
     tmp.replace(out_dir / name)
     return {"file": name, "num_samples": len(buf), "num_tokens": int(ids.numel()),

@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from eaglewire.data.config import DataImportConfig
 from eaglewire.data.extract import write_shard
@@ -44,7 +44,10 @@ _NUM = re.compile(r"(\d+)")
 
 
 def _index(p: Path) -> int:
-    return int(_NUM.findall(p.stem)[-1])
+    nums = _NUM.findall(p.stem)
+    if not nums:
+        raise EaglewireError(f"{p}: expected the sample number in the file name (hs_<i>.safetensors, data_<i>.ckpt)")
+    return int(nums[-1])
 
 
 def detect(src: Path) -> str:
@@ -67,9 +70,30 @@ def _arrow_loss_masks(src: Path) -> list | None:
         raise EaglewireError(f"{src}: no Arrow dataset (data-*.arrow) with the loss masks; pass --all-loss to train on every token")
     masks: list = []
     for f in files:
-        with open(f, "rb") as fh:
-            masks += ipc.open_stream(fh).read_all().column("loss_mask").to_pylist()
+        try:
+            with open(f, "rb") as fh:
+                masks += ipc.open_stream(fh).read_all().column("loss_mask").to_pylist()
+        except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            raise EaglewireError(f"{f}: not an Arrow stream with a loss_mask column ({type(e).__name__}: "
+                                 f"{str(e).splitlines()[0][:160] if str(e) else ''})") from e
     return masks
+
+
+def _speculators_file(f: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hidden_states [T, K, H], token_ids [T]) of one speculators file, or one line naming what is wrong."""
+    try:
+        with safe_open(str(f), framework="pt") as h:
+            missing = sorted({"hidden_states", "token_ids"} - set(h.keys()))
+            if missing:
+                raise EaglewireError(f"{f}: no {' or '.join(missing)} (expected a speculators hidden-state file)")
+            hs, ids = h.get_tensor("hidden_states"), h.get_tensor("token_ids")
+    except (SafetensorError, OSError) as e:
+        raise EaglewireError(f"{f}: not a whole safetensors file ({str(e).splitlines()[0][:120]})") from e
+    if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise EaglewireError(f"{f}: token_ids {list(ids.shape)} {ids.dtype} is not [T] integers")
+    if hs.dim() != 3 or hs.shape[0] != ids.shape[0] or hs.shape[1] < 2 or not hs.dtype.is_floating_point:
+        raise EaglewireError(f"{f}: hidden_states {list(hs.shape)} {hs.dtype} is not [T={ids.shape[0]}, K>=2, H] floats")
+    return hs, ids
 
 
 def _speculators_samples(src: Path, all_loss: bool):
@@ -80,10 +104,9 @@ def _speculators_samples(src: Path, all_loss: bool):
                              "pip install pyarrow, or pass --all-loss to train on every token")
     for f in files:
         i = _index(f)
-        with safe_open(str(f), framework="pt") as h:
-            hs, ids = h.get_tensor("hidden_states"), h.get_tensor("token_ids")
-        if hs.dim() != 3 or hs.shape[0] != ids.shape[0] or hs.shape[1] < 2:
-            raise EaglewireError(f"{f}: hidden_states {list(hs.shape)} is not [T={ids.shape[0]}, K>=2, H]")
+        hs, ids = _speculators_file(f)
+        if masks is not None and not (0 <= i < len(masks) and isinstance(masks[i], list)):
+            raise EaglewireError(f"{f}: sample {i}, but the dataset's loss_mask column has {len(masks)} rows")
         mask = torch.ones(ids.shape[0], dtype=torch.uint8) if masks is None else torch.tensor(masks[i], dtype=torch.uint8)
         if mask.shape[0] != ids.shape[0]:
             raise EaglewireError(f"{f}: {ids.shape[0]} tokens but the dataset's loss_mask row {i} has {mask.shape[0]}")
@@ -96,12 +119,19 @@ def _specforge_samples(src: Path):
         d = load_pickle_weights(f)
         if "aux_hidden_state" not in d:
             raise EaglewireError(f"{f}: no aux_hidden_state (captured without --enable-aux-hidden-states: EAGLE-1 data)")
-        ids = d["input_ids"].reshape(-1).long()
-        aux, last = d["aux_hidden_state"].reshape(ids.shape[0], -1), d["hidden_state"].reshape(ids.shape[0], -1)
-        H = last.shape[-1]
-        if aux.shape[-1] % H:
+        missing = sorted({"input_ids", "hidden_state", "loss_mask"} - set(d))
+        if missing:
+            raise EaglewireError(f"{f}: no {' or '.join(missing)} (expected a SpecForge capture)")
+        ids, mask = d["input_ids"].reshape(-1).long(), d["loss_mask"].reshape(-1).to(torch.uint8)
+        T, H = ids.shape[0], d["hidden_state"].shape[-1] if d["hidden_state"].dim() else 0
+        if not T or not H or mask.shape[0] != T or d["hidden_state"].numel() != T * H or d["aux_hidden_state"].numel() % T:
+            raise EaglewireError(f"{f}: aux_hidden_state {list(d['aux_hidden_state'].shape)}, hidden_state "
+                                 f"{list(d['hidden_state'].shape)} and loss_mask {list(mask.shape)} do not hold "
+                                 f"{T} tokens (input_ids)")
+        aux, last = d["aux_hidden_state"].reshape(T, -1), d["hidden_state"].reshape(T, -1)
+        if aux.shape[-1] % H or not aux.dtype.is_floating_point:
             raise EaglewireError(f"{f}: aux_hidden_state width {aux.shape[-1]} is not a multiple of hidden {H}")
-        yield _index(f), ids, d["loss_mask"].reshape(-1).to(torch.uint8), aux.view(ids.shape[0], -1, H), last
+        yield _index(f), ids, mask, aux.view(T, -1, H), last
 
 
 def _stated_points(cfg: DataImportConfig, P: int, L: int | None) -> list[Point] | None:
@@ -151,12 +181,15 @@ def run_data_import(cfg: DataImportConfig) -> dict:
                    points=None, num_slots=0, target_hidden=th, chat_template_sha=tpl,
                    generation={"imported_from": str(src), "format": fmt}, extract={"imported": True, "notes": notes},
                    capture={"engine": fmt, "imported_from": str(src)})  # not ours: say whose capture it is
-    buf, P = [], None
+    buf, P, shape = [], None, None
     for idx, ids, mask, feats, last in samples:
         if norm is not None:
             with torch.no_grad():
                 last = norm(last.float()).to(last.dtype)
-        P = P or feats.shape[1]
+        P, shape = P or feats.shape[1], shape or (tuple(feats.shape[1:]), last.shape[-1])
+        if (tuple(feats.shape[1:]), last.shape[-1]) != shape:
+            raise EaglewireError(f"{src}: sample {idx} holds features {list(feats.shape[1:])} and a final state of width "
+                                 f"{last.shape[-1]}, the samples before {list(shape[0])} and {shape[1]}")
         buf.append((idx, ids.tolist(), mask.tolist(), feats, last))
         if len(buf) >= cfg.shard_samples:
             _flush(out, man, buf)

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from eaglewire.infra.atomic import atomic_file
+from eaglewire.infra.atomic import atomic_file, on_disk_full
 from eaglewire.infra.errors import EaglewireError
 
 
@@ -59,14 +59,17 @@ class JsonlAppender:
     """Line-buffered appender; each row hits the disk before the next batch starts."""
 
     def __init__(self, path: Path):
+        self.path = Path(path)
         self.f = open(path, "a")
 
     def write(self, row: dict) -> None:
-        self.f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        with on_disk_full(self.path.parent, self.path.name):
+            self.f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     def flush(self) -> None:
-        self.f.flush()
-        os.fsync(self.f.fileno())
+        with on_disk_full(self.path.parent, self.path.name):
+            self.f.flush()
+            os.fsync(self.f.fileno())
 
     def close(self) -> None:
         self.flush()

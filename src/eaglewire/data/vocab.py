@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglewire.infra.atomic import write_json_atomic
+from eaglewire.infra.atomic import follow_umask, on_disk_full, write_json_atomic
 from eaglewire.infra.errors import EaglewireError
 
 TENSORS_FILE = "vocab.safetensors"
@@ -108,7 +108,14 @@ def save_vocab(path_dir, vocab: DraftVocab) -> Path:
     d = Path(path_dir)
     d.mkdir(parents=True, exist_ok=True)
     tensors = {"d2t": vocab.d2t.contiguous(), "t2d": vocab.t2d.contiguous(), "counts": vocab.counts.contiguous()}
-    save_file(tensors, str(d / TENSORS_FILE))
+    tmp = d / f".{TENSORS_FILE}.tmp"  # a full disk leaves the previous vocabulary whole, not a torn one
+    try:
+        with on_disk_full(d, TENSORS_FILE):
+            save_file(tensors, str(tmp))
+        follow_umask(tmp)
+        tmp.replace(d / TENSORS_FILE)
+    finally:
+        tmp.unlink(missing_ok=True)
     meta = {
         "size": vocab.size,
         "vocab_size": vocab.vocab_size,

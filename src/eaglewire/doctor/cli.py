@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from eaglewire.doctor.config import (
@@ -86,13 +88,15 @@ def run_live(cfg: DoctorLiveConfig) -> None:
     from eaglewire.targets.load import load_target
 
     ckpt = resolve_dir(cfg.drafter)
-    t = load_target(target_source_for(cfg.target, read_provenance(ckpt).target.source, cfg.drafter))
+    source = target_source_for(cfg.target, read_provenance(ckpt).target.source, cfg.drafter)
+    t = load_target(source)
     drafter, points, _ = load_drafter_for(t, ckpt)
     engine = SpecEngine(t, drafter, points)
     prompts, _ = encode_prompt_file(engine, cfg.prompts or heldout_prompts_path(), cfg.num_prompts)
     arch = (t.config.architectures or [t.config.model_type])[0]
     static = static_check_for(cfg.served_drafter or recorded_export(ckpt), [p.name for p in points], t.num_layers, arch)
-    rep = doctor_live(cfg.server.rstrip("/"), engine, prompts, cfg.max_new_tokens, static)
+    rep = doctor_live(cfg.server.rstrip("/"), engine, prompts, cfg.max_new_tokens, static,
+                      target=[source, str(t.path), str(Path(t.path).resolve())])
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 
@@ -117,7 +121,8 @@ def _run_live_offline(cfg: DoctorLiveConfig) -> None:
     static = static_check_for(cfg.served_drafter or recorded_export(ckpt), prov.point_names or [], prov.num_layers,
                               prov.fingerprint.model_type)
     rep = doctor_live(cfg.server.rstrip("/"), None, prompts, cfg.max_new_tokens, static,
-                      offline=lambda depth: offline_acceptance(model, cfg.data, head_w, depth, 64))
+                      offline=lambda depth: offline_acceptance(model, cfg.data, head_w, depth, 64),
+                      target=[source, *([str(Path(source).resolve())] if Path(source).is_dir() else [])])
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 

@@ -34,6 +34,7 @@ from eaglewire.engines.vllm_server import (
     served_model,
     spec_counters,
 )
+from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.points import Engine
 
 # Allowed difference per position, in accepted drafts: the same prompts run through both engines, so
@@ -69,12 +70,14 @@ class Acceptance:
                 "mean_acceptance_length": self.mean_length}
 
 
-def served_acceptance(url: str, prompts: list[list[int]], max_new_tokens: int) -> tuple[Acceptance, int]:
-    """(what the server accepted on these prompts, its draft depth), from counter deltas around the requests."""
-    model = served_model(url)
+def served_acceptance(url: str, prompts: list[list[int]], max_new_tokens: int,
+                      target: list[str] | None = None) -> tuple[Acceptance, int]:
+    """(what the server accepted on these prompts, its draft depth), from counter deltas around the requests;
+    `target`: names of the drafter's target, which the server must serve (None: whatever it serves)."""
+    model = served_model(url, target)
     before = spec_counters(url)
     outputs = [complete_ids(url, model, ids, max_new_tokens) for ids in prompts]
-    delta = counter_delta(spec_counters(url), before)
+    delta = counter_delta(spec_counters(url), before, url)
     return Acceptance(delta["drafts"], delta["accepted_per_pos"], outputs), len(delta["accepted_per_pos"])
 
 
@@ -129,8 +132,10 @@ def tolerance(predicted_count: int, drafts: int) -> float:
 
 
 def engine_of(url: str) -> Engine:
-    version = str(http_json(url, "/version", timeout=30).get("version", "")) or None
-    return Engine("vllm", version)
+    version = http_json(url, "/version", timeout=30).get("version")
+    if version is not None and (not isinstance(version, str) or len(version) > 64):
+        raise EaglewireError(f"{url}/version: expected `version` to be a short string, got {str(version)[:40]!r}")
+    return Engine("vllm", version or None)
 
 
 def compare(rep: Report, served: Acceptance, predicted: Acceptance, offline: bool = False) -> int | None:
@@ -165,14 +170,15 @@ def compare(rep: Report, served: Acceptance, predicted: Acceptance, offline: boo
 
 
 def doctor_live(url: str, engine, prompts: list[list[int]], max_new_tokens: int, static_check=None,
-                offline=None) -> Report:
+                offline=None, target: list[str] | None = None) -> Report:
     """`engine`: eaglewire's SpecEngine with the trained drafter, or None with `offline(depth) -> Acceptance`
     (targets too big to run here); `static_check(Engine) -> Report | None` runs `doctor config` on what the
-    server loaded (called on a FAIL, to name the fix)."""
+    server loaded (called on a FAIL, to name the fix); `target`: names of the drafter's target (its source, its
+    directory): a server running another model is refused before anything is compared."""
     rep = Report("live")
     eng = engine_of(url)
     rep.add("engine", True, f"{eng.label()} at {url}" + "".join(f"; assumed: {a}" for a in eng.assumptions()))
-    served, depth = served_acceptance(url, prompts, max_new_tokens)
+    served, depth = served_acceptance(url, prompts, max_new_tokens, target)
     if depth == 0 or served.drafts == 0:
         rep.add("speculation", False, f"{url} reports no speculative drafts for {len(prompts)} prompts",
                 "start vLLM with --speculative-config (method eagle3) naming the exported drafter")

@@ -9,10 +9,30 @@ ignored key is how a wrongly-wired checkpoint goes unnoticed).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 _DEFAULT_ROPE_THETA = 10000.0
+
+# Upper bounds of a config's sizes, checked before anything is allocated (`plan` bounds a target's
+# fields with the same numbers): 10^7 layers or a 10^12 vocabulary in a config.json would grow memory to GB.
+MAX_HIDDEN = 10**6  # hidden_size, head_dim, target_hidden_size
+MAX_WIDTH = 10**7  # intermediate_size, vocab_size, draft_vocab_size
+MAX_DRAFTER_LAYERS = 64  # EAGLE-3 drafters have 1; a few released ones 2-4
+MAX_POSITIONS = 10**9
+BOUNDS = {"hidden_size": MAX_HIDDEN, "intermediate_size": MAX_WIDTH, "num_attention_heads": MAX_HIDDEN,
+          "num_key_value_heads": MAX_HIDDEN, "head_dim": MAX_HIDDEN, "max_position_embeddings": MAX_POSITIONS,
+          "target_hidden_size": MAX_HIDDEN, "vocab_size": MAX_WIDTH, "draft_vocab_size": MAX_WIDTH, "num_aux": 64,
+          "num_layers": MAX_DRAFTER_LAYERS}
+
+
+def bounded_count(name: str, v: Any, hi: int, lo: int = 1) -> int:
+    """`v` as an integer in [lo, hi], or a ValueError naming `name` ("abc", NaN, 1e400, True, 10^12 refused)."""
+    ok = (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v) and v == int(v))
+    if not ok or not lo <= int(v) <= hi:
+        raise ValueError(f"field {name} = {v!r}: expected an integer in [{lo}, {hi}]")
+    return int(v)
 
 
 @dataclass
@@ -57,23 +77,13 @@ class DrafterConfig:
     rope_scaling: dict[str, Any] | None = field(default=None)
 
     def __post_init__(self) -> None:
-        self.rope_theta = float(self.rope_theta)
-        positive = (
-            "hidden_size",
-            "intermediate_size",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "max_position_embeddings",
-            "target_hidden_size",
-            "vocab_size",
-            "draft_vocab_size",
-            "num_aux",
-            "num_layers",
-        )
-        bad = [n for n in positive if int(getattr(self, n)) <= 0]
-        if bad:
-            raise ValueError(f"DrafterConfig fields must be positive: {bad}")
+        for name, hi in BOUNDS.items():  # before any tensor of these sizes exists
+            setattr(self, name, bounded_count(name, getattr(self, name), hi))
+        for name in ("rope_theta", "rms_norm_eps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
+                raise ValueError(f"field {name} = {v!r}: expected a positive number")
+            setattr(self, name, float(v))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
         if self.draft_vocab_size > self.vocab_size:

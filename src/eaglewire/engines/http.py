@@ -39,7 +39,7 @@ class ChatClient:
         deadline = time.monotonic() + self.timeout_s  # the whole request, not each read: a trickling server times out
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                raw = _read_until(r, deadline, f"{path}: no complete reply within --request-timeout {self.timeout_s:g} s")
+                raw = read_until(r, deadline, f"{path}: no complete reply within --request-timeout {self.timeout_s:g} s")
                 reply = json.loads(raw.decode())
                 return reply, dict(r.headers)
         except urllib.error.HTTPError as e:
@@ -86,7 +86,7 @@ class ChatClient:
 MAX_REPLY_BYTES = 64 << 20
 
 
-def _read_until(r, deadline: float, late: str) -> bytes:
+def read_until(r, deadline: float, late: str) -> bytes:
     chunks, size = [], 0
     while True:
         if time.monotonic() > deadline:

@@ -8,6 +8,7 @@ died (with the tail of its log), or it was not healthy in time.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -20,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eaglewire.engines.http import ChatClient, RequestFailed
+from eaglewire.engines.http import ChatClient, RequestFailed, read_until
 from eaglewire.infra.errors import EaglewireError
 
 
@@ -158,40 +159,97 @@ class VllmServer:
 
 
 def http_json(url: str, path: str, body: dict | None = None, timeout: float = 300) -> dict:
-    """One JSON request through the client `data generate --server` uses (whole-request deadline, one retry)."""
+    """One JSON object through the client `data generate --server` uses (whole-request deadline, one retry)."""
     try:
-        return ChatClient(url, timeout_s=timeout, retries=1, backoff_s=1.0).request(path, body)[0]
+        reply = ChatClient(url, timeout_s=timeout, retries=1, backoff_s=1.0).request(path, body)[0]
     except RequestFailed as e:
         raise EaglewireError(f"{url}{path}: {e}") from e
+    if not isinstance(reply, dict):
+        raise EaglewireError(f"{url}{path}: expected a JSON object, got {type(reply).__name__} ({str(reply)[:60]})")
+    return reply
 
 
 def http_text(url: str, timeout: float = 60) -> str:
+    """A text page within a whole-call deadline: a server that trickles bytes cannot hold us past `timeout`."""
+    deadline = time.monotonic() + timeout
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as e:
+            return read_until(r, deadline, f"no complete reply within {timeout:g} s").decode(errors="replace")
+    except RequestFailed as e:
+        raise EaglewireError(f"{url}: {e}") from e
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         raise EaglewireError(f"{url}: no answer ({e})") from e
 
 
-def served_model(url: str) -> str:
-    models = http_json(url, "/v1/models", timeout=30).get("data") or []
-    if not models:
+def _model_ids(url: str) -> list[tuple[str, str]]:
+    """(id, root) of every model /v1/models lists; entries of another shape are refused."""
+    data = http_json(url, "/v1/models", timeout=30).get("data")
+    if not isinstance(data, list):
+        raise EaglewireError(f"{url}/v1/models: expected `data` to be a list of models, got {type(data).__name__}")
+    out = []
+    for i, m in enumerate(data):
+        if not isinstance(m, dict) or not isinstance(m.get("id"), str) or not m["id"]:
+            raise EaglewireError(f"{url}/v1/models: data[{i}] is not a model entry (expected an object with a string `id`)")
+        out.append((m["id"], m["root"] if isinstance(m.get("root"), str) else m["id"]))
+    if not out:
         raise EaglewireError(f"{url}/v1/models: the server lists no model")
-    return models[0]["id"]
+    return out
+
+
+def _same_model(served: str, name: str) -> bool:
+    a, b = served.rstrip("/"), str(name).rstrip("/")
+    return a == b or a.rsplit("/", 1)[-1].lower() == b.rsplit("/", 1)[-1].lower()
+
+
+def served_model(url: str, target: list[str] | None = None) -> str:
+    """The model id to send requests to; with `target` (names of the drafter's target: its source, its
+    directory), the served model whose id or root names it, or a one-line refusal."""
+    models = _model_ids(url)
+    if not target:
+        return models[0][0]
+    for mid, root in models:
+        if any(_same_model(mid, n) or _same_model(root, n) for n in target):
+            return mid
+    served = ", ".join(dict.fromkeys(r for _, r in models))
+    raise EaglewireError(f"{url}/v1/models: the server runs {served}, not the drafter's target {target[0]}: nothing to "
+                         "compare (serve the target the drafter was trained on, or pass --target naming the served one)")
 
 
 def complete_ids(url: str, model: str, prompt_ids: list[int], max_tokens: int) -> list[int]:
     """Greedy completion of a tokenized prompt; the generated token ids (no chat template is applied twice)."""
     body = {"model": model, "prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0,
             "return_token_ids": True, "skip_special_tokens": False}
-    choice = (http_json(url, "/v1/completions", body).get("choices") or [{}])[0]
-    ids = choice.get("token_ids")
-    if not isinstance(ids, list):
-        raise EaglewireError(f"{url}/v1/completions: no token_ids in the answer (vLLM >= 0.10.2 returns them)")
+    choices = http_json(url, "/v1/completions", body).get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    ids = choice.get("token_ids") if isinstance(choice, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise EaglewireError(f"{url}/v1/completions: no list of integer choices[0].token_ids in the answer "
+                             "(vLLM >= 0.10.2 returns them)")
     return ids
 
 
-_METRIC = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(?:_total)?\{([^}]*)\}\s+([0-9.eE+-]+)$')
+_METRIC = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+(\S+)(?:\s+\S+)?$')
+MAX_COUNT = 2.0 ** 53  # a float counts exactly up to here
+MAX_POSITIONS = 256  # draft positions (num_speculative_tokens); vLLM serves a handful
+
+
+def _count(url: str, n: int, name: str, value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        v = float("nan")
+    if not (0 <= v <= MAX_COUNT):  # NaN fails too
+        raise EaglewireError(f"{url}/metrics line {n}: {name} = {value[:40]!r} is not a count "
+                             f"(expected a number from 0 to {MAX_COUNT:.0f})")
+    return v
+
+
+def _position(url: str, n: int, name: str, labels: str) -> int:
+    m = re.search(r'(?:^|,)\s*position="(\d+)"', labels)
+    if m is None or int(m.group(1)) >= MAX_POSITIONS:
+        raise EaglewireError(f"{url}/metrics line {n}: {name} needs a label position=\"N\" with N below "
+                             f"{MAX_POSITIONS} (got {{{labels[:60]}}})")
+    return int(m.group(1))
 
 
 def spec_counters(url: str) -> dict:
@@ -199,21 +257,30 @@ def spec_counters(url: str) -> dict:
     out: dict = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "accepted_per_pos": {}}
     names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
              "vllm:spec_decode_num_accepted_tokens": "accepted"}
-    for line in http_text(url + "/metrics").splitlines():
+    for n, line in enumerate(http_text(url + "/metrics", timeout=30).splitlines(), 1):
         m = _METRIC.match(line.strip())
         if not m or line.startswith("#") or "_created" in m.group(1):
             continue
-        name, labels, value = m.group(1), m.group(2), float(m.group(3))
+        name, labels = m.group(1), m.group(2) or ""
         if name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            pos = int(re.search(r'position="(\d+)"', labels).group(1))
-            out["accepted_per_pos"][pos] = out["accepted_per_pos"].get(pos, 0.0) + value
+            pos = _position(url, n, name, labels)
+            out["accepted_per_pos"][pos] = out["accepted_per_pos"].get(pos, 0.0) + _count(url, n, name, m.group(3))
         elif name in names:
-            out[names[name]] += value
+            out[names[name]] += _count(url, n, name, m.group(3))
     return out
 
 
-def counter_delta(after: dict, before: dict) -> dict:
+def counter_delta(after: dict, before: dict, url: str = "the server") -> dict:
+    """What the counters grew by; a counter that went down (the server restarted in between) is refused."""
     pos = sorted(set(after["accepted_per_pos"]) | set(before["accepted_per_pos"]))
+    pairs = {k: (before[k], after[k]) for k in ("drafts", "draft_tokens", "accepted")}
+    pairs.update({f"accepted at position {p}": (before["accepted_per_pos"].get(p, 0), after["accepted_per_pos"].get(p, 0))
+                  for p in pos})
+    down = next((k for k, (b, a) in pairs.items() if a < b), None)
+    if down is not None:
+        b, a = pairs[down]
+        raise EaglewireError(f"{url}/metrics: {down} went from {b:.0f} to {a:.0f} during the run (did the server "
+                             "restart?): the counts are not this run's; rerun doctor live")
     return {"drafts": int(after["drafts"] - before["drafts"]),
             "draft_tokens": int(after["draft_tokens"] - before["draft_tokens"]),
             "accepted": int(after["accepted"] - before["accepted"]),

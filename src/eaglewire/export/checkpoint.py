@@ -84,11 +84,19 @@ def load_checkpoint(d: Path, device: torch.device | str = "cpu", dtype: torch.dt
     except (ValueError, TypeError) as e:
         raise EaglewireError(f"{cfg_path}: {DRAFTER_KEY}: {e}") from e
     prov = read_provenance(d)
-    model = Eagle3Drafter(cfg)
-    sd = load_state(d / WEIGHTS)
-    check_state(model, sd, d / WEIGHTS)
-    model.load_state_dict(sd, strict=True)
+    model = checked_model(cfg, load_state(d / WEIGHTS), d / WEIGHTS)
     return model.to(device=device, dtype=dtype).eval(), prov
+
+
+def checked_model(cfg: DrafterConfig, sd: dict, where) -> Eagle3Drafter:
+    """The drafter holding `sd`, allocated only once its shapes (a storage-free model on the meta device)
+    match the tensors read: a config that claims more than the weights hold allocates nothing."""
+    with torch.device("meta"):
+        shapes = Eagle3Drafter(cfg)
+    check_state(shapes, sd, where)
+    model = Eagle3Drafter(cfg)
+    model.load_state_dict(sd, strict=True)
+    return model
 
 
 def check_state(model: Eagle3Drafter, sd: dict, where) -> None:

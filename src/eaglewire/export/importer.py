@@ -19,8 +19,9 @@ from huggingface_hub.errors import (
 )
 from transformers import LlamaConfig
 
-from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-from eaglewire.export.checkpoint import check_state, save_checkpoint
+from eaglewire.drafter import DrafterConfig
+from eaglewire.drafter.config import BOUNDS, MAX_DRAFTER_LAYERS, bounded_count
+from eaglewire.export.checkpoint import checked_model, save_checkpoint
 from eaglewire.export.config import ImportConfig
 from eaglewire.export.formats import (
     ID_ENGINE,
@@ -76,9 +77,19 @@ def _llama_view(fmt: str, raw: dict) -> dict:
     return tl
 
 
+def _check_sizes(view: dict, raw: dict) -> None:
+    """The sizes a config.json states, bounded by the file's own field names before anything is built."""
+    bounds = {**BOUNDS, "num_hidden_layers": MAX_DRAFTER_LAYERS}
+    for where in (view, raw) if view is not raw else (raw,):
+        for k in ("num_hidden_layers", *BOUNDS):
+            if where.get(k) is not None and k != "num_layers":
+                bounded_count(k, where[k], bounds[k])
+
+
 def drafter_config(fmt: str, raw: dict, sd: dict, notes: Notes) -> DrafterConfig:
     """DrafterConfig from the format's config plus tensor shapes (defaults = transformers LlamaConfig's)."""
     view = _llama_view(fmt, raw)
+    _check_sizes(view, raw)
     for k in ("num_key_value_heads", "head_dim", "rms_norm_eps", "max_position_embeddings"):
         if k not in view:
             notes.assumed.append(f"{k} absent: transformers LlamaConfig default used")
@@ -243,11 +254,9 @@ def run_import(cfg: ImportConfig) -> dict:
     L, target, chat_sha = _target_facts(cfg, sd, dcfg, notes)
     _fill_vocab_maps(dcfg, sd, notes)
     pts, rec = resolve_points(fmt, raw, L, dcfg.num_aux, cfg.layers_from, notes, target.fingerprint.model_type)
-    model = Eagle3Drafter(dcfg)
     if dcfg.tie_word_embeddings:
         sd.setdefault("lm_head.weight", sd.get("embed_tokens.weight"))
-    check_state(model, sd, src / wfile)
-    model.load_state_dict(sd, strict=True)
+    model = checked_model(dcfg, sd, src / wfile)
     imported = {"from": str(src), "weights": wfile, **rec, "inferred": notes.inferred, "assumed": notes.assumed,
                 "warnings": notes.warnings}
     save_checkpoint(cfg.out, model, Provenance(points=pts, target=target, chat_template_sha=chat_sha, imported=imported))

@@ -12,6 +12,7 @@ or the new one, never a torn one.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -24,6 +25,45 @@ from typing import IO, Any
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.paths import not_found, overlaps
 
+# how a full disk reads once torch (its zip writer notices the short write later) or safetensors wrapped it
+_FULL_WORDS = ("No space left on device", "Disk quota exceeded", "StorageFull", "os error 28", "unexpected pos",
+               "file write failed")
+
+
+def full_reason(e: BaseException | None) -> str | None:
+    """"disk full" when `e`, or what it wraps, is a write that found the disk (or the quota) full; "file size
+    limit reached" for a write past `ulimit -f`; None for anything else."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return "file size limit reached" if e.errno == errno.EFBIG else "disk full"
+        if not isinstance(e, EaglewireError) and any(w in str(e) for w in _FULL_WORDS):
+            return "disk full"
+        if not isinstance(e, EaglewireError) and any(w in str(e) for w in ("File too large", "os error 27")):
+            return "file size limit reached"
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def disk_full(e: BaseException | None) -> bool:
+    return full_reason(e) is not None
+
+
+@contextmanager
+def on_disk_full(where: Path, what: str) -> Iterator[None]:
+    """A full disk while the block writes `what` in `where` is one line (the caller keeps nothing half-written)."""
+    try:
+        yield
+    except EaglewireError:
+        raise
+    except Exception as e:
+        why = full_reason(e)
+        if why is None:
+            raise
+        raise EaglewireError(f"{where}: {why} while writing {what} (nothing marked complete, earlier files kept; "
+                             "free space and rerun, with --resume where the command takes it)") from e
+
 
 @contextmanager
 def atomic_dir(out: Path):
@@ -33,7 +73,8 @@ def atomic_dir(out: Path):
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     old = out.with_name(f".{out.name}.old")
     try:
-        yield tmp
+        with on_disk_full(out.parent, f"{out.name}/"):
+            yield tmp
         follow_umask(tmp)
         if old.exists():
             shutil.rmtree(old)
@@ -57,7 +98,7 @@ def atomic_file(path: Path) -> Iterator[IO[str]]:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "w") as f:
+        with on_disk_full(path.parent, path.name), open(tmp, "w") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -193,7 +193,30 @@ def load_config_file(cls, path: Path) -> dict:
     if unknown:
         raise EaglewireError(f"--config {path}: unknown key(s) {', '.join(unknown)} "
                              f"(expected a subset of: {', '.join(sorted(names))})")
-    return raw
+    hints = typing.get_type_hints(cls)
+    return {k: _typed(v, hints[k], f"--config {path}: {k}") for k, v in raw.items()}
+
+
+_JSON_OF = {Path: (str,), str: (str,), int: (int,), float: (int, float), bool: (bool,)}
+_WANT = {Path: "a path", str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+
+
+def _typed(v, hint, where: str):
+    """A --config value as the field's type (a path string becomes a Path), or one line naming the key."""
+    optional = type(None) in typing.get_args(hint)
+    tp = _cli_type(hint)
+    if v is None and optional:
+        return None
+    if typing.get_origin(tp) is list:
+        if not isinstance(v, list):
+            raise EaglewireError(f"{where} = {str(v)[:60]}: expected a JSON list")
+        return [_typed(x, typing.get_args(tp)[0], where) for x in v]
+    ok = _JSON_OF.get(tp)
+    if ok is None:
+        return v
+    if not isinstance(v, ok) or (tp is not bool and isinstance(v, bool)):
+        raise EaglewireError(f"{where} = {v!r:.60}: expected {_WANT[tp]}")
+    return Path(v) if tp is Path else v
 
 
 _KW = inspect.Parameter.KEYWORD_ONLY
@@ -210,14 +233,15 @@ def _field_params(f: dataclasses.Field, hint) -> list[inspect.Parameter]:
     meta, flag = f.metadata, flag_of(f)
     default = f.default if f.default is not dataclasses.MISSING else (
         f.default_factory() if f.default_factory is not dataclasses.MISSING else ...)
-    if meta.get("aliases") and default is ...:
-        default = None  # required, but an old flag may give it: checked once the aliases are applied
+    text = meta.get("help", "")
+    if default is ...:  # required, but an old flag or a --config file may give it: checked once those are applied
+        default, text = None, f"{text} [required]"
     if meta.get("arg"):
-        info = typer.Argument(default, help=meta.get("help", ""), show_default=default is not ...)
+        info = typer.Argument(default, help=text, show_default=default is not None)
     elif hint is bool:
-        info = typer.Option(default, f"{flag}/--no-{flag[2:]}", help=meta.get("help", ""))
+        info = typer.Option(default, f"{flag}/--no-{flag[2:]}", help=text)
     else:
-        info = typer.Option(default, flag, help=meta.get("help", ""))
+        info = typer.Option(default, flag, help=text)
     out = [inspect.Parameter(f.name, _KW, default=info, annotation=_cli_type(hint))]
     for old in meta.get("aliases", ()):
         decl = f"{old}/--no-{old[2:]}" if hint is bool else old
@@ -256,7 +280,7 @@ def build_command(app: typer.Typer, name: str, cls, run, help: str) -> None:
     params.append(inspect.Parameter("config", _KW, annotation=Path | None,
                                     default=typer.Option(None, "--config", help=CONFIG_HELP)))
     params.append(inspect.Parameter(_CTX, _KW, annotation=typer.Context))
-    required = [f for f in dataclasses.fields(cls) if f.metadata.get("aliases") and f.default is dataclasses.MISSING
+    required = [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING]
 
     def command(**kwargs):
@@ -267,7 +291,8 @@ def build_command(app: typer.Typer, name: str, cls, run, help: str) -> None:
             kwargs.update({k: v for k, v in load_config_file(cls, cfg_file).items() if k not in given})
         for f in required:
             if kwargs.get(f.name) is None:
-                raise EaglewireError(f"missing {flag_of(f)}: {f.metadata.get('help', '')}")
+                name = f.name.upper() if f.metadata.get("arg") else flag_of(f)
+                raise EaglewireError(f"missing {name} (on the command line or in --config): {f.metadata.get('help', '')}")
         cfg = config_from_dict(cls, {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()})
         return run(cfg)
 

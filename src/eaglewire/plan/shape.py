@@ -21,6 +21,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
+from eaglewire.drafter.config import MAX_HIDDEN, MAX_WIDTH
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.load import (
     check_gguf,
@@ -87,7 +88,7 @@ class _Fields:
             raise EaglewireError(f"{self.where}: field {names[0]} missing (needed to size the target)")
         return default
 
-    def count(self, *names: str, default=None, required: bool = False, lo: int = 1, hi: int = 10**7) -> int:
+    def count(self, *names: str, default=None, required: bool = False, lo: int = 1, hi: int = MAX_WIDTH) -> int:
         """An integer field in [lo, hi]: "abc", NaN, Infinity, 0 heads or 10^7 layers are refused in one line
         (a meta-device model of 10^7 layers would grow memory without bound)."""
         v = self.get(*names, default=default, required=required)
@@ -99,7 +100,7 @@ class _Fields:
 
 
 def _geometry(f: _Fields) -> dict:
-    H = f.count("hidden_size", "d_model", "n_embd", required=True, hi=10**6)
+    H = f.count("hidden_size", "d_model", "n_embd", required=True, hi=MAX_HIDDEN)
     heads = f.count("num_attention_heads", "n_head", required=True, hi=H)
     g = {"num_layers": f.count("num_hidden_layers", "n_layer", "num_layers", required=True, hi=10_000), "hidden_size": H,
          "num_heads": heads, "num_kv_heads": f.count("num_key_value_heads", default=heads, hi=heads),

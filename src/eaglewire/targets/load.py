@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
@@ -273,14 +273,32 @@ def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dt
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation,
                                                      trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as e:
-        raise EaglewireError(f"target {source!r}: cannot load {path} ({type(e).__name__}: {e})") from e
+    except (OSError, ValueError, KeyError, SafetensorError) as e:
+        raise _load_error(source, path, e) from e
     model.to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return Target(source=source, path=path, model=model, tokenizer=tok)
+
+
+def broken_weights(d: Path) -> str | None:
+    """'FILE: why' for the first *.safetensors in `d` whose header or size is not whole (truncated, garbage)."""
+    for fp in sorted(Path(d).glob("*.safetensors")):
+        try:
+            with safe_open(str(fp), framework="pt") as f:
+                f.keys()
+        except (SafetensorError, OSError) as e:
+            return f"{fp}: not a whole safetensors file ({str(e).splitlines()[0][:120]})"
+    return None
+
+
+def _load_error(source: str, path: Path, e: BaseException) -> EaglewireError:
+    broken = broken_weights(path)
+    if broken is not None:
+        return EaglewireError(f"target {source!r}: {broken}; download or copy it again")
+    return EaglewireError(f"target {source!r}: cannot load {path} ({type(e).__name__}: {str(e).splitlines()[0][:300]})")
 
 
 def load_tokenizer(source: str):
@@ -304,6 +322,8 @@ def load_head_weight(source: str) -> torch.Tensor:
     turn stored final-norm features into the target's next tokens.
     """
     d = resolve_target_dir(source)
+    if broken := broken_weights(d):
+        raise EaglewireError(f"target {source!r}: {broken}; download or copy it again")
     files = sorted(d.glob("*.safetensors"))
     for key in ("lm_head.weight", "model.embed_tokens.weight"):  # tied heads store only the embedding
         for fp in files:
@@ -347,6 +367,8 @@ def load_skeleton(source: str) -> Target:
     base = decoder_stack(model)
     names = {id(p): n for n, p in model.named_parameters()}
     keep = {names[id(p)]: p for m in (base.embed_tokens, base.norm) for p in m.parameters()}
+    if broken := broken_weights(path):
+        raise EaglewireError(f"target {source!r}: {broken}; download or copy it again")
     got = _read_tensors(path, {n: n for n in keep})
     missing = sorted(set(keep) - set(got))
     if missing:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import os
 import time
@@ -47,15 +46,13 @@ from eaglewire.targets.load import load_target
 from eaglewire.training.config import TrainConfig
 from eaglewire.training.inputs import TrainInputs
 from eaglewire.training.online_features import setup_online
-from eaglewire.training.runstate import MetricsLog, load_run_state, save_state
+from eaglewire.training.runstate import MetricsLog, check_resume_config, load_run_state, save_state
 from eaglewire.training.torchrun import CallThrough, Dist, unwrap
 
 if TYPE_CHECKING:
     pass
 
 _STEP_DELAY = float(os.environ.get("EAGLEWIRE_STEP_DELAY", "0"))  # lets crash tests kill a real run
-
-_RESUME_FREE = {"resume", "json", "device", "log_every"}
 
 
 @dataclass
@@ -279,20 +276,6 @@ def evaluate(model, ds, idx: list[int], head_w, cfg: TrainConfig, device, dd: Di
     return {"loss": float(stats[2 * k] / max(float(stats[2 * k + 1]), 1.0)), "acc": acc}
 
 
-def _check_resume_config(cfg: TrainConfig) -> None:
-    p = cfg.out / "train.config.json"
-    if not p.is_file():
-        raise EaglewireError(f"{cfg.out}: --resume but no train.config.json there")
-    old = json.loads(p.read_text())["config"]
-    new = config_to_dict(cfg)
-    # a key an older eaglewire did not write had that option's default (added later, off by default)
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
-    diff = [k for k in new if k not in _RESUME_FREE and old.get(k, defaults.get(k)) != new[k]]
-    if diff:
-        raise EaglewireError(f"{cfg.out}: --resume with a changed config ({', '.join(f'{k}: {old.get(k)!r} -> {new[k]!r}' for k in diff)}); "
-                             "start a new --out or resume with the original options")
-
-
 def _setup(cfg: TrainConfig, device):
     if cfg.online:
         return setup_online(cfg, device)
@@ -338,7 +321,7 @@ def run_train(cfg: TrainConfig) -> dict:
 
 def _run_train(cfg: TrainConfig, dd: Dist) -> dict:
     if cfg.resume:
-        _check_resume_config(cfg)
+        check_resume_config(cfg)
     elif (cfg.out / "state").exists() or (cfg.out / "drafter").exists():
         raise EaglewireError(f"{cfg.out}: already holds a training run; pass --resume or choose a new --out")
     inputs = _setup(cfg, dd.device)
@@ -399,37 +382,38 @@ def _loop(run: Run) -> dict:
     """Steps `run.start` .. `run.total`: train, log, validate and save on their schedules; returns the last validation."""
     cfg, dd, model = run.cfg, run.dd, unwrap(run.net)
     per_epoch = max(1, len(run.train_idx) // run.per_step)
-    bar = tqdm(total=run.total, initial=run.start, desc="train", unit="step", disable=not dd.main, dynamic_ncols=True)
     val: dict = {}
-    for step in range(run.start, run.total):
-        lr = lr_at(step, cfg, run.total)
-        for g in run.opt.param_groups:
-            g["lr"] = lr
-        t0 = time.perf_counter()
-        ids = global_batch(run.train_idx, step, run.per_step, cfg.seed)
-        r = train_step(run.net, run.opt, run.ds, ids, run.head_w, cfg, dd, dd.device, step)
-        if r.get("skipped"):
-            if cfg.nan_policy == "stop":
-                raise EaglewireError(f"step {step}: non-finite values in the batch or its gradients (--nan-policy stop)")
-            run.skipped += 1
-        elif (step + 1) % cfg.log_every == 0 or step + 1 == run.total:
-            acc = [float(c / n) if n > 0 else 0.0 for c, n in zip(r["correct"], r["counts"])]
-            run.log.write({"split": "train", "step": step + 1, "epoch": step // per_epoch, "loss": r["loss"], "lr": lr,
-                           "tokens_per_s": r["tokens"] / (time.perf_counter() - t0), "grad_norm": r["grad_norm"],
-                           **{f"acc_{j}": a for j, a in enumerate(acc)}})
-            bar.set_postfix(loss=f"{r['loss']:.3f}", acc0=f"{acc[0]:.3f}", skipped=run.skipped)
-        bar.update(1)
-        end_epoch = (step + 1) % per_epoch == 0
-        if run.val_idx and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or (not cfg.eval_every and end_epoch)
-                            or step + 1 == run.total):
-            val = evaluate(model, run.ds, run.val_idx, run.head_w, cfg, dd.device, dd)
-            run.log.write({"split": "val", "step": step + 1, "epoch": step // per_epoch, "loss": val["loss"],
-                           **{f"acc_{j}": a for j, a in enumerate(val["acc"])}})
-        if dd.main and ((step + 1) % cfg.save_every == 0 or step + 1 == run.total):
-            save_state(cfg.out, model, run.opt, step + 1, {"skipped": run.skipped})
-        if _STEP_DELAY:
-            time.sleep(_STEP_DELAY)
-    bar.close()
+    # closed on an error too, so the one-line error starts its own line
+    with tqdm(total=run.total, initial=run.start, desc="train", unit="step", disable=not dd.main,
+              dynamic_ncols=True) as bar:
+        for step in range(run.start, run.total):
+            lr = lr_at(step, cfg, run.total)
+            for g in run.opt.param_groups:
+                g["lr"] = lr
+            t0 = time.perf_counter()
+            ids = global_batch(run.train_idx, step, run.per_step, cfg.seed)
+            r = train_step(run.net, run.opt, run.ds, ids, run.head_w, cfg, dd, dd.device, step)
+            if r.get("skipped"):
+                if cfg.nan_policy == "stop":
+                    raise EaglewireError(f"step {step}: non-finite values in the batch or its gradients (--nan-policy stop)")
+                run.skipped += 1
+            elif (step + 1) % cfg.log_every == 0 or step + 1 == run.total:
+                acc = [float(c / n) if n > 0 else 0.0 for c, n in zip(r["correct"], r["counts"])]
+                run.log.write({"split": "train", "step": step + 1, "epoch": step // per_epoch, "loss": r["loss"], "lr": lr,
+                               "tokens_per_s": r["tokens"] / (time.perf_counter() - t0), "grad_norm": r["grad_norm"],
+                               **{f"acc_{j}": a for j, a in enumerate(acc)}})
+                bar.set_postfix(loss=f"{r['loss']:.3f}", acc0=f"{acc[0]:.3f}", skipped=run.skipped)
+            bar.update(1)
+            end_epoch = (step + 1) % per_epoch == 0
+            if run.val_idx and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or (not cfg.eval_every and end_epoch)
+                                or step + 1 == run.total):
+                val = evaluate(model, run.ds, run.val_idx, run.head_w, cfg, dd.device, dd)
+                run.log.write({"split": "val", "step": step + 1, "epoch": step // per_epoch, "loss": val["loss"],
+                               **{f"acc_{j}": a for j, a in enumerate(val["acc"])}})
+            if dd.main and ((step + 1) % cfg.save_every == 0 or step + 1 == run.total):
+                save_state(cfg.out, model, run.opt, step + 1, {"skipped": run.skipped})
+            if _STEP_DELAY:
+                time.sleep(_STEP_DELAY)
     _check_skipped(cfg, run.skipped, run.total)
     if not val and run.val_idx:
         val = evaluate(model, run.ds, run.val_idx, run.head_w, cfg, dd.device, dd)

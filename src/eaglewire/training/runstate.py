@@ -8,6 +8,7 @@ killed while saving resumes from the previous save.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import pickle
 from pathlib import Path
@@ -17,8 +18,12 @@ from safetensors.torch import save_file
 from torch.utils.tensorboard import SummaryWriter
 
 from eaglewire.export.checkpoint import load_state
-from eaglewire.infra.atomic import atomic_dir, read_json
+from eaglewire.infra.atomic import atomic_dir, atomic_file, on_disk_full, read_json
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.options import config_to_dict
+from eaglewire.training.config import TrainConfig
+
+RESUME_FREE = {"resume", "json", "device", "log_every"}  # options a resumed run may change
 
 
 class MetricsLog:
@@ -32,9 +37,13 @@ class MetricsLog:
             return
         rows = []
         if resume_step is not None and self.path.exists():
-            with open(self.path) as f:
-                rows = [r for r in csv.DictReader(f) if int(r["step"]) <= resume_step]
-        with open(self.path, "w", newline="") as f:
+            try:
+                with open(self.path, newline="") as f:
+                    rows = [{k: r.get(k, "") for k in self.fields} for r in csv.DictReader(f) if int(r["step"]) <= resume_step]
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError, csv.Error) as e:
+                raise EaglewireError(f"{self.path}: not a metrics.csv eaglewire wrote ({type(e).__name__}: {e}); move it "
+                                     "aside to resume without the earlier rows") from e
+        with atomic_file(self.path) as f:  # a full disk keeps the old rows, not half of them
             w = csv.DictWriter(f, self.fields)
             w.writeheader()
             w.writerows(rows)
@@ -44,7 +53,7 @@ class MetricsLog:
     def write(self, row: dict) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a", newline="") as f:
+        with on_disk_full(self.path.parent, self.path.name), open(self.path, "a", newline="") as f:
             csv.DictWriter(f, self.fields).writerow({k: row.get(k, "") for k in self.fields})
         for k, v in row.items():
             if isinstance(v, (int, float)) and k not in ("step", "epoch"):
@@ -74,3 +83,35 @@ def load_run_state(out: Path, model, opt) -> dict:
         raise EaglewireError(f"{st / 'optimizer.pt'}: not an optimizer state eaglewire wrote (refused: "
                              f"{str(e).splitlines()[0][:160]}); start a new --out or remove {st}") from e
     return read_json(st / "meta.json", "no meta.json")
+
+
+def _same_path(old, new) -> bool:
+    """The same directory, however written: relative or absolute, through a symlink."""
+    if old is None or new is None or not isinstance(old, str):
+        return old == new
+    try:
+        return old == new or Path(old).resolve() == Path(new).resolve()
+    except (OSError, RuntimeError):  # a symlink loop: compare as written
+        return False
+
+
+def check_resume_config(cfg: TrainConfig) -> None:
+    """A resumed run continues with the options it was started with; paths are compared as directories, and
+    --out is where the run is now (a moved run resumes)."""
+    p = cfg.out / "train.config.json"
+    if not p.is_file():
+        raise EaglewireError(f"{cfg.out}: --resume but no train.config.json there")
+    raw = read_json(p, "no train.config.json")
+    old = raw.get("config") if isinstance(raw, dict) else None
+    if not isinstance(old, dict):
+        raise EaglewireError(f"{p}: expected an object with a `config` object (the options the run started with)")
+    new = config_to_dict(cfg)
+    # a key an older eaglewire did not write had that option's default (added later, off by default)
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    defaults = {n: f.default for n, f in fields.items() if f.default is not dataclasses.MISSING}
+    paths = {n for n, f in fields.items() if "Path" in str(f.type)}
+    diff = [k for k in new if k not in RESUME_FREE | {"out"}
+            and not (_same_path if k in paths else lambda a, b: a == b)(old.get(k, defaults.get(k)), new[k])]
+    if diff:
+        raise EaglewireError(f"{cfg.out}: --resume with a changed config ({', '.join(f'{k}: {old.get(k)!r} -> {new[k]!r}' for k in diff)}); "
+                             "start a new --out or resume with the original options")
