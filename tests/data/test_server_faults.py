@@ -158,16 +158,3 @@ def test_ctrl_c_stops_within_seconds_and_keeps_what_was_written(fake, tmp_path):
     _, err = p.communicate(timeout=60)
     assert time.monotonic() - t0 < 10 and p.returncode == 130, err[-500:]
     assert "interrupted" in err and "--resume" in err and "Traceback" not in err
-
-
-def test_token_ids_are_asked_of_vllm_only():
-    """`transformers serve` refuses unknown fields (every request failed with return_token_ids): ask vLLM only."""
-    from eaglewire.data.config import GenSettings
-    from eaglewire.data.server import _body, is_vllm
-
-    assert is_vllm({"version": {"version": "0.32.0"}})
-    assert not is_vllm({"version": {"version": "0.5.23"}, "get_server_info": {}})  # SGLang
-    assert not is_vllm({"server_header": "uvicorn"}) and not is_vllm({"version": {"data": []}})
-    s = GenSettings()
-    assert _body("m", [], s, 0, token_ids=True)["return_token_ids"] is True
-    assert "return_token_ids" not in _body("m", [], s, 0)

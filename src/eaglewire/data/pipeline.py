@@ -44,7 +44,7 @@ from eaglewire.data.recorded import (
     recorded_generate,
     settings_from_manifest,
 )
-from eaglewire.data.server import FAILURES, ServerSettings, generate_via_server, is_vllm
+from eaglewire.data.server import FAILURES, ServerSettings, generate_via_server
 from eaglewire.data.sharded import (
     agree,
     check_ranks,
@@ -213,7 +213,6 @@ def _generate_via_server(cfg, s) -> dict:
                         retries=cfg.retries, timeout_s=cfg.request_timeout)
     client = ChatClient(ss.url, ss.timeout_s, ss.retries, ss.backoff_s)
     ident = client.identity(ss.model)
-    ss.token_ids = is_vllm(ident)
     tok = load_tokenizer(cfg.target)
     convs, counts = _prompts_everywhere(cfg, None)
     path, share = _answers_file(cfg)

@@ -43,14 +43,6 @@ class ServerSettings:
     retries: int = 4
     timeout_s: float = 600.0
     backoff_s: float = 1.0
-    token_ids: bool = False  # ask for the generated ids (vLLM's return_token_ids); other servers may refuse the field
-
-
-def is_vllm(ident: dict) -> bool:
-    """Whether the server that `ChatClient.identity` described is vLLM: it answers /version with its version,
-    SGLang answers /get_server_info as well, `transformers serve` and llama.cpp answer neither."""
-    v = ident.get("version")
-    return isinstance(v, dict) and isinstance(v.get("version"), str) and "get_server_info" not in ident
 
 
 def _text_content(msg: dict) -> str | None:
@@ -100,13 +92,11 @@ def assistant_message(msg: dict, mode: str, template_has_reasoning: bool) -> tup
     return out, bool(reasoning)
 
 
-def _body(model: str, msgs: list[dict], s: GenSettings, seed: int, token_ids: bool = False) -> dict:
+def _body(model: str, msgs: list[dict], s: GenSettings, seed: int) -> dict:
     # return_token_ids: vLLM (>= 0.10.2) then answers with the ids it generated, which training reads
-    # (engines/vllm_server.py complete_ids asks the same); sent to vLLM only (`transformers serve` refuses
-    # unknown fields), other servers' text is tokenised at extract
-    body = {"model": model, "messages": msgs, "max_tokens": s.max_new_tokens, "temperature": s.temperature}
-    if token_ids:
-        body["return_token_ids"] = True
+    # (engines/vllm_server.py complete_ids asks the same); other servers ignore it and their text is tokenised
+    body = {"model": model, "messages": msgs, "max_tokens": s.max_new_tokens, "temperature": s.temperature,
+            "return_token_ids": True}
     if s.temperature > 0:
         body.update(top_p=s.top_p, seed=seed)
     return body
@@ -123,7 +113,7 @@ def _ask(client: ChatClient, model: str, item, s: GenSettings, ss: ServerSetting
          tokenizer) -> _Answer:
     i, msgs, pids = item
     try:
-        data, _ = client.request("/v1/chat/completions", _body(model, msgs, s, s.seed * 100003 + i, ss.token_ids))
+        data, _ = client.request("/v1/chat/completions", _body(model, msgs, s, s.seed * 100003 + i))
         choice = data["choices"][0]
         msg, finish = choice["message"], choice.get("finish_reason")
     except RequestFailed as e:
