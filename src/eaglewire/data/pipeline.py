@@ -14,7 +14,6 @@ import json
 import time
 from pathlib import Path
 
-from eaglewire.data.answers import check_answer_vocab
 from eaglewire.data.config import (
     PROMPTS,
     RESPONSES,
@@ -221,7 +220,6 @@ def _generate_via_server(cfg, s) -> dict:
     settings = {**s.as_dict(), "source": "server", "server": ident, "concurrency": ss.concurrency,
                 "reasoning": {"mode": ss.reasoning, "samples_with_reasoning": sst.with_reasoning,
                               "stored_as": "reasoning_content" if tpl_reasoning else "inline <think>"},
-                "answer_ids": {"from_server": sst.with_ids, "retokenized_text": stats.done - sst.with_ids},
                 "chat_template": {"local_sha": chat_template_hash(tok),
                                   "prompt_tokens_checked": sst.prompt_tokens_checked,
                                   "prompt_tokens_mismatched": sst.prompt_tokens_mismatched}}
@@ -252,11 +250,10 @@ def run_extract(cfg, target=None) -> dict:
             raise EaglewireError("--engine vllm: one process drives the vLLM server (which is parallel itself); "
                                  "run it without torchrun")
         target = None
-        num_layers, vocab_size = _config_int(cfg.target, "num_hidden_layers"), _config_int(cfg.target, "vocab_size")
+        num_layers = _config_layers(cfg.target)
     else:
         target = target or _load(cfg)
-        num_layers, vocab_size = target.num_layers, target.vocab_size
-    check_answer_vocab(cfg.data / RESPONSES, rows, vocab_size)
+        num_layers = target.num_layers
     names = [p.name for p in point_option(cfg.points, num_layers)]
     gen_cfg = cfg.data / "generate.config.json"
     gen = json.loads(gen_cfg.read_text()).get("result", {}).get("settings", {}) if gen_cfg.exists() else {}
@@ -273,13 +270,12 @@ def run_extract(cfg, target=None) -> dict:
             "tokens_per_s": round(man.extract_tokens_per_s or 0.0, 1)}
 
 
-def _config_int(source: str, key: str) -> int:
+def _config_layers(source: str) -> int:
     p = resolve_target_dir(source) / "config.json"
     cfg = read_json(p, "no config.json")
-    text = cfg.get("text_config") if isinstance(cfg, dict) else None
-    n = cfg.get(key, text.get(key) if isinstance(text, dict) else None) if isinstance(cfg, dict) else None
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise EaglewireError(f"{p}: {key} missing or not a positive integer")
+    n = cfg.get("num_hidden_layers", (cfg.get("text_config") or {}).get("num_hidden_layers")) if isinstance(cfg, dict) else None
+    if not isinstance(n, int) or n < 1:
+        raise EaglewireError(f"{p}: num_hidden_layers missing or not a positive integer")
     return n
 
 
@@ -380,8 +376,6 @@ def info(d: Path, verify: bool = True) -> dict:
         "num_samples": man.num_samples, "num_tokens": man.num_tokens, "num_loss_tokens": man.num_loss_tokens,
         "target": man.target.source, "target_fingerprint": raw["target"]["fingerprint"],
         "chat_template_sha": man.chat_template_sha, "generation": man.generation,
-        "answer_tokens": man.answer_tokens or ("not recorded (imported, or extracted before answer ids were stored: "
-                                              "then answers were re-tokenised from text)"),
         "store_dtype": man.extract.get("dtype"), "norm_stats": man.norm_stats,
         "vocab": man.vocab, "num_shards": len(man.shards), "dropped": man.dropped,
         "manifest_sha": manifest_hash(d), "checksums_verified": verify,
