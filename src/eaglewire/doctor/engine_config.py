@@ -20,7 +20,7 @@ from eaglewire.infra.errors import EaglewireError, did_you_mean
 from eaglewire.targets.points import Engine, Point, default_points, fed_points, ids_for_points
 from eaglewire.targets.points import id_meanings as points_id_meanings
 
-ENGINES = ("sglang", "vllm", "speculators")
+ENGINES = ("sglang", "vllm", "speculators", "llama.cpp")
 
 
 def _ids(cfg: dict, engine: Engine) -> tuple[list[int] | None, str]:
@@ -302,14 +302,18 @@ def _not_servable(rep: Report, cfg: dict, d: Path, engine: Engine) -> bool:
 
 def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[str] | None, trained_sha: str | None,
                   serving_sha: str | None, trained_cfg: dict | None = None, arch: str | None = None) -> Report:
-    rep = Report("config")
-    p, cfg = read_config_json(d)
     eng = Engine.parse(engine, arch)
     if eng.name not in ENGINES:
         raise EaglewireError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)} (optionally ==VERSION)"
                              + did_you_mean(eng.name, ENGINES))
     if L is None:
         raise EaglewireError("the target's number of layers is unknown: pass --target or --target-layers")
+    if eng.name == "llama.cpp":  # a GGUF: its metadata, not a config.json, holds the ids
+        from eaglewire.doctor.gguf_config import doctor_config_gguf
+
+        return doctor_config_gguf(Path(d), eng, L, trained, trained_cfg)
+    rep = Report("config")
+    p, cfg = read_config_json(d)
     if _not_servable(rep, cfg, Path(d), eng):
         return rep
     e3, why = _is_eagle3(cfg, eng.name)

@@ -10,8 +10,11 @@ a wiring bug changes what the drafter proposes, so some position diverges
 even when the drafter hardly uses the shifted slot. On a FAIL the static
 config check runs on the directory the server loaded and names the fix.
 
-Tested here against vLLM 0.32 (CPU build). SGLang reports acceptance per
-request (`meta_info.spec_verify_ct`), not per position; it is not wired here.
+Tested here against vLLM 0.32 (CPU build) and llama.cpp's llama-server (from
+llama-cpp-python 0.3.36's tree), whose `--metrics` page keeps the same counters
+under `llamacpp:` (llama.cpp drafts ungated with --spec-draft-p-min 0, its
+default). SGLang reports acceptance per request (`meta_info.spec_verify_ct`),
+not per position; it is not wired here.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from eaglewire.doctor.acceptance import decode_rounds, round_masks, unroll_predi
 from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.doctor.records import trained_model_config
 from eaglewire.doctor.verdict import Report
+from eaglewire.engines.llama_server import complete as llama_complete
 from eaglewire.engines.vllm_server import (
     complete_ids,
     counter_delta,
@@ -71,12 +75,16 @@ class Acceptance:
 
 
 def served_acceptance(url: str, prompts: list[list[int]], max_new_tokens: int,
-                      target: list[str] | None = None) -> tuple[Acceptance, int]:
+                      target: list[str] | None = None, engine: Engine | None = None) -> tuple[Acceptance, int]:
     """(what the server accepted on these prompts, its draft depth), from counter deltas around the requests;
-    `target`: names of the drafter's target, which the server must serve (None: whatever it serves)."""
+    `target`: names of the drafter's target, which the server must serve (None: whatever it serves).
+    llama-server keeps vLLM's counters (under `llamacpp:`), so both are read the same way."""
     model = served_model(url, target)
     before = spec_counters(url)
-    outputs = [complete_ids(url, model, ids, max_new_tokens) for ids in prompts]
+    if engine is not None and engine.name == "llama.cpp":
+        outputs = [llama_complete(url, ids, max_new_tokens)[0] for ids in prompts]
+    else:
+        outputs = [complete_ids(url, model, ids, max_new_tokens) for ids in prompts]
     delta = counter_delta(spec_counters(url), before, url)
     return Acceptance(delta["drafts"], delta["accepted_per_pos"], outputs), len(delta["accepted_per_pos"])
 
@@ -132,6 +140,13 @@ def tolerance(predicted_count: int, drafts: int) -> float:
 
 
 def engine_of(url: str) -> Engine:
+    """vLLM answers /version; llama-server answers /props with its model path and build."""
+    try:
+        props = http_json(url, "/props", timeout=30)
+    except EaglewireError:
+        props = None
+    if isinstance(props, dict) and "model_path" in props and "default_generation_settings" in props:
+        return Engine("llama.cpp", None)
     version = http_json(url, "/version", timeout=30).get("version")
     if version is not None and (not isinstance(version, str) or len(version) > 64):
         raise EaglewireError(f"{url}/version: expected `version` to be a short string, got {str(version)[:40]!r}")
@@ -178,10 +193,11 @@ def doctor_live(url: str, engine, prompts: list[list[int]], max_new_tokens: int,
     rep = Report("live")
     eng = engine_of(url)
     rep.add("engine", True, f"{eng.label()} at {url}" + "".join(f"; assumed: {a}" for a in eng.assumptions()))
-    served, depth = served_acceptance(url, prompts, max_new_tokens, target)
+    served, depth = served_acceptance(url, prompts, max_new_tokens, target, eng)
     if depth == 0 or served.drafts == 0:
-        rep.add("speculation", False, f"{url} reports no speculative drafts for {len(prompts)} prompts",
-                "start vLLM with --speculative-config (method eagle3) naming the exported drafter")
+        how = ("start llama-server with --metrics, -md DRAFTER.gguf --spec-type draft-eagle3" if eng.name == "llama.cpp"
+               else "start vLLM with --speculative-config (method eagle3) naming the exported drafter")
+        rep.add("speculation", False, f"{url} reports no speculative drafts for {len(prompts)} prompts", how)
         return rep
     predicted = offline(depth) if offline is not None else predicted_acceptance(engine, prompts, depth, max_new_tokens)
     bad = compare(rep, served, predicted, offline=offline is not None)

@@ -88,6 +88,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 class VllmServer:
     """A vLLM server process owned by this object: started, awaited, stopped (its whole process group)."""
 
+    name = "vLLM server"
+
     def __init__(self, python: Path | str, spec: ServeSpec, log: Path, env: dict[str, str] | None = None):
         self.python, self.spec, self.log, self.env = python, spec, Path(log), env or {}
         self.command = engine_command(python, spec)
@@ -111,7 +113,7 @@ class VllmServer:
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             if self.proc.poll() is not None:
-                raise EaglewireError(f"vLLM server died during startup (exit {self.proc.returncode}); "
+                raise EaglewireError(f"{self.name} died during startup (exit {self.proc.returncode}); "
                                      f"log {self.log}: {self.log_tail()}")
             try:
                 with urllib.request.urlopen(self.spec.url + "/health", timeout=5) as r:
@@ -121,7 +123,7 @@ class VllmServer:
                 pass
             time.sleep(2)
         self.stop()
-        raise EaglewireError(f"vLLM server not healthy after {timeout:.0f} s (log {self.log}: {self.log_tail()})")
+        raise EaglewireError(f"{self.name} not healthy after {timeout:.0f} s (log {self.log}: {self.log_tail()})")
 
     def log_tail(self, lines: int = 4) -> str:
         try:
@@ -198,7 +200,11 @@ def _model_ids(url: str) -> list[tuple[str, str]]:
 
 def _same_model(served: str, name: str) -> bool:
     a, b = served.rstrip("/"), str(name).rstrip("/")
-    return a == b or a.rsplit("/", 1)[-1].lower() == b.rsplit("/", 1)[-1].lower()
+    base, want = a.rsplit("/", 1)[-1].lower(), b.rsplit("/", 1)[-1].lower()
+    if base.endswith(".gguf"):  # llama-server names the file; eaglewire's conversions are <target dir>-<type>.gguf
+        base = base[: -len(".gguf")]
+        return a == b or base == want or (bool(want) and base.startswith(want + "-"))
+    return a == b or base == want
 
 
 def served_model(url: str, target: list[str] | None = None) -> str:
@@ -228,7 +234,8 @@ def complete_ids(url: str, model: str, prompt_ids: list[int], max_tokens: int) -
     return ids
 
 
-_METRIC = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+(\S+)(?:\s+\S+)?$')
+# vLLM's counters and llama-server's (`--metrics`), which mirror vLLM's names under `llamacpp:`
+_METRIC = re.compile(r'^(?:vllm|llamacpp):(spec_decode_[a-z_]+?)(?:_total)?(?:\{([^}]*)\})?\s+(\S+)(?:\s+\S+)?$')
 MAX_COUNT = 2.0 ** 53  # a float counts exactly up to here
 MAX_POSITIONS = 256  # draft positions (num_speculative_tokens); vLLM serves a handful
 
@@ -253,16 +260,17 @@ def _position(url: str, n: int, name: str, labels: str) -> int:
 
 
 def spec_counters(url: str) -> dict:
-    """vLLM's speculative-decoding counters from /metrics: drafts, draft tokens, accepted per position."""
+    """Speculative-decoding counters from /metrics (vLLM's, or llama-server's of the same meaning):
+    drafts (verify rounds), draft tokens, accepted per position."""
     out: dict = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "accepted_per_pos": {}}
-    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-             "vllm:spec_decode_num_accepted_tokens": "accepted"}
+    names = {"spec_decode_num_drafts": "drafts", "spec_decode_num_draft_tokens": "draft_tokens",
+             "spec_decode_num_accepted_tokens": "accepted"}
     for n, line in enumerate(http_text(url + "/metrics", timeout=30).splitlines(), 1):
         m = _METRIC.match(line.strip())
         if not m or line.startswith("#") or "_created" in m.group(1):
             continue
         name, labels = m.group(1), m.group(2) or ""
-        if name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+        if name == "spec_decode_num_accepted_tokens_per_pos":
             pos = _position(url, n, name, labels)
             out["accepted_per_pos"][pos] = out["accepted_per_pos"].get(pos, 0.0) + _count(url, n, name, m.group(3))
         elif name in names:

@@ -19,17 +19,20 @@ DEPTH = 3
 @dataclass
 class ExportConfig:
     ckpt: Path = opt(help="eaglewire drafter checkpoint directory (train's out/drafter)", arg=True)
-    format: str = opt(help="sglang (also SpecForge), vllm, speculators, eagle (official SafeAILab/EAGLE)")
+    format: str = opt(help="sglang (also SpecForge), vllm, speculators, eagle (official SafeAILab/EAGLE), "
+                      "gguf (llama.cpp)")
     out: Path = opt(help="output directory (must not exist unless --force)")
     engine_version: str = opt("", "version of the engine that will serve it (sglang: ids mean different layers "
                               "from 0.5.13 on DeepSeek-family targets); default: the newest verified")
-    verifier: str = opt("", "speculators: the verifier's (target's) HF id or model directory, which speculators loads; "
-                        "default: the target the checkpoint records (its hub id, or the local directory it was loaded from)")
+    verifier: str = opt("", "speculators and gguf: the verifier's (target's) HF id or model directory (speculators "
+                        "loads it; llama.cpp's converter reads its tokenizer); default: the target the checkpoint records (its hub id, or the local directory it was loaded from)")
     depth: int = opt(DEPTH, "speculators: draft tokens per round recorded in speculators_config (its "
                      "speculative_tokens)", ge=1, aliases=("--speculative-tokens",))
+    gguf_type: str = opt("f16", "gguf: the drafter's tensor type (f32, f16, bf16, q8_0)")
+    target_gguf: str = opt("", "gguf: also convert the target to GGUF of this type (f32, f16, bf16, q8_0), "
+                           "cached; for when you have no GGUF of it")
     force: bool = opt(False, "replace --out if it exists")
     json: bool = json_flag()
-
 
 
 @dataclass

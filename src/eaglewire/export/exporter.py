@@ -9,6 +9,7 @@ two engines mean different tensors by the same integer.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from safetensors.torch import save_file
@@ -80,6 +81,8 @@ def _write_dir(out: Path, files: dict) -> None:
 
 
 def run_export(cfg: ExportConfig) -> dict:
+    if cfg.format.lower() in ("gguf", "llama.cpp"):
+        return run_export_gguf(cfg)
     fmt = canonical(cfg.format)
     replaced = check_replace(cfg.out, cfg.force, RECORD, "export", sources=(cfg.ckpt, resolve_dir(cfg.ckpt)))
     model, prov = load_checkpoint(cfg.ckpt)
@@ -114,4 +117,42 @@ def run_export(cfg: ExportConfig) -> dict:
               # rope/eps/norm placement even after the checkpoint is moved or deleted
               DRAFTER_KEY: model.config.to_dict()}
     _write_dir(cfg.out, {"config.json": config, "model.safetensors": tensors, RECORD: record})
+    return {"out": str(cfg.out), **record, "num_tensors": len(tensors), "replaced": replaced}
+
+
+def run_export_gguf(cfg: ExportConfig) -> dict:
+    """The vLLM layout with llama.cpp's ids, staged and handed to llama.cpp's own converter."""
+    from eaglewire.export import gguf
+
+    outtype = gguf.check_type("--gguf-type", cfg.gguf_type)
+    target_type = gguf.check_type("--target-gguf", cfg.target_gguf) if cfg.target_gguf else ""
+    replaced = check_replace(cfg.out, cfg.force, RECORD, "export", sources=(cfg.ckpt, resolve_dir(cfg.ckpt)))
+    model, prov = load_checkpoint(cfg.ckpt)
+    L, points = prov.num_layers, prov.points
+    if points is None or L is None:
+        raise EaglewireError(f"{cfg.ckpt}: the provenance names no capture points or layer count")
+    ids = gguf.llama_ids(model.config, points, L, str(cfg.ckpt))
+    source = cfg.verifier or prov.target.source
+    if not source:
+        raise EaglewireError(f"{cfg.ckpt}: the checkpoint records no target; pass --verifier with the target "
+                             "(llama.cpp's converter takes the tokenizer and vocabulary from it)")
+    target_dir = gguf.target_dir_for(source, L, str(cfg.ckpt))
+    config = {**build_config("vllm", model.config, ids), "eagle_aux_hidden_state_layer_ids": ids}
+    tensors = to_format_state("vllm", model.config, model.state_dict())
+    record = {"source": str(cfg.ckpt), "format": "gguf", "points": [p.name for p in points], "target_num_layers": L,
+              "ids": ids, "engine": gguf.LLAMA_CPP.label(), "engine_spec": "llama.cpp", "assumed": [],
+              "ids_meaning": ENGINE_HELP["llama.cpp"], "ids_key": gguf.ID_KEY, "warnings": [],
+              "gguf_type": outtype, "drafter_gguf": gguf.DRAFTER_FILE, "target_dir": str(target_dir),
+              "target_fingerprint": prov.fingerprint.to_json(), "chat_template_sha": prov.chat_template_sha,
+              DRAFTER_KEY: model.config.to_dict()}
+    with atomic_dir(cfg.out) as tmp:
+        stage = tmp / "eaglewire-drafter"  # the converter names the model after this directory
+        stage.mkdir()
+        save_file(tensors, str(stage / "model.safetensors"), metadata={"format": "pt"})
+        (stage / "config.json").write_text(json.dumps(config, indent=2))
+        gguf.write_drafter(stage, tmp / gguf.DRAFTER_FILE, outtype, target_dir)
+        shutil.rmtree(stage)
+        if target_type:
+            record["target_gguf"] = str(gguf.target_gguf(source, target_type))
+        (tmp / RECORD).write_text(json.dumps(record, indent=2))
     return {"out": str(cfg.out), **record, "num_tensors": len(tensors), "replaced": replaced}

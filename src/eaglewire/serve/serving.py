@@ -1,4 +1,4 @@
-"""`eaglewire serve`: a trained run to a verified vLLM server in one command.
+"""`eaglewire serve`: a trained run to a verified vLLM (or llama.cpp: serve/llamacpp.py) server in one command.
 
 Exports the drafter with the ids its provenance implies for the vLLM version
 that will serve it, starts vLLM's OpenAI-compatible server with the matching
@@ -89,12 +89,22 @@ def run_serve(cfg: ServeConfig) -> dict:
     source = cfg.target or prov.target.source
     if not source:
         raise EaglewireError(f"{ckpt}: records no target (imported): pass --target")
+    if cfg.engine == "llama.cpp":
+        from eaglewire.serve import llamacpp
+
+        out = cfg.out or ckpt.parent / "serve"
+        if cfg.print_command:
+            res = llamacpp.print_llamacpp(cfg, ckpt, source, out / "llama.cpp")
+            emit(res, cfg.json, lambda r: print(f"{r['export_command']}\n{r['command']}"))
+            return res
+        return llamacpp.serve_llamacpp(cfg, ckpt, source, out,
+                                       lambda url, export_dir: _check(cfg, ckpt, source, url, export_dir))
     if cfg.print_command:
         res = print_commands(cfg, ckpt, source)
         emit(res, cfg.json, lambda r: print(f"{r['export_command']}\n{r['command']}"))
         return res
     if cfg.engine != "vllm":
-        raise EaglewireError(f"--engine {cfg.engine}: eaglewire starts and checks vLLM only; --print-command prints "
+        raise EaglewireError(f"--engine {cfg.engine}: eaglewire starts and checks vLLM and llama.cpp; --print-command prints "
                              f"the {cfg.engine} command for the machine that will serve")
     out = cfg.out or ckpt.parent / "serve"
     py, version = _python(cfg)
@@ -134,7 +144,8 @@ def _check(cfg: ServeConfig, ckpt: Path, source: str, url: str, export_dir: Path
     prompts, _ = encode_prompt_file(engine, heldout_prompts_path(), cfg.check_prompts)
     arch = (t.config.architectures or [t.config.model_type])[0]
     static = static_check_for(export_dir, [p.name for p in points], t.num_layers, arch)
-    return doctor_live(url, engine, prompts, cfg.max_new_tokens, static)
+    return doctor_live(url, engine, prompts, cfg.max_new_tokens, static,
+                       target=[source, str(t.path), str(Path(t.path).resolve())])
 
 
 def _human(res: dict, rep) -> None:

@@ -27,7 +27,7 @@ from eaglewire.infra.errors import EaglewireError, did_you_mean
 
 # The engine versions whose own code the conformance tests execute. Bumping one is
 # this one line; the tests then download that release and check every rule below.
-PINNED = {"sglang": "0.5.23", "vllm": "0.32.0"}
+PINNED = {"sglang": "0.5.23", "vllm": "0.32.0", "llama-cpp-python": "0.3.36"}
 # First SGLang release whose deepseek_v2.py / glm4_moe_lite.py add the +1 only when
 # the first id is 1 (bisected over the PyPI wheels: 0.5.12.post1 has no condition).
 SGLANG_FIRST_ID_RULE_SINCE = "0.5.13"
@@ -54,7 +54,7 @@ SGLANG_SHIFTED_DEFAULT_ARCHS = frozenset({"MiniMaxM3SparseForConditionalGenerati
 # Executed against the engine in tests/engines/test_vllm_capture.py.
 VLLM_NO_EMBED_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k25"})
 
-ENGINES = ("hf", "eagle", "sglang", "specforge", "vllm", "speculators")
+ENGINES = ("hf", "eagle", "sglang", "specforge", "vllm", "speculators", "llama.cpp")
 # The engine every option naming one defaults to (`--engine`, `layers --layers-from`) when the artifact
 # records none: the one `eaglewire serve` starts and the tests serve with for real (tests/serve).
 DEFAULT_ENGINE = "vllm"
@@ -67,8 +67,14 @@ ENGINE_HELP = {
     "specforge": "SpecForge: classic SGLang meaning (id i = output of layer i)",
     "vllm": "vLLM: id i = input of layer i (0 = embed, L = last layer's pre-norm output); ids are sorted and deduplicated",
     "speculators": "speculators: vLLM meaning",
+    "llama.cpp": "llama.cpp: id i = input of layer i (0 = embed, k = output of layer k-1), exactly 3 ids, fed in "
+                 "the order written; the last layer's output and the final norm cannot be captured on llama targets",
 }
-_ALIASES = {"eagle": "hf", "specforge": "sglang", "speculators": "vllm"}
+_ALIASES = {"eagle": "hf", "specforge": "sglang", "speculators": "vllm", "llama.cpp": "llamacpp"}
+# Engines that feed the slots in the order the ids are written, duplicates included (llama.cpp's
+# common/speculative.cpp interleaves target_layer_ids[k] for k = 0, 1, 2); the others walk the
+# layers and deliver ascending, deduplicated slots.
+ORDERED_ENGINES = frozenset({"hf", "llamacpp"})
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.out$")
 
 
@@ -269,6 +275,20 @@ def _to_sglang_raw(p: Point, L: int) -> int | None:
     return p.layer + 1 if p.kind == "layer" and p.layer <= L - 2 else None
 
 
+def _to_llamacpp(p: Point, L: int) -> int | None:
+    """llama.cpp marks `t_layer_inp[il] = inpL` at the top of layer il (src/models/llama.cpp); an id equal
+    to L asks for the target's pre-norm `t_h_nextn`, which the llama graph never sets: refused."""
+    if p.kind == "embed":
+        return 0
+    return p.layer + 1 if p.kind == "layer" and p.layer <= L - 2 else None
+
+
+def _from_llamacpp(i: int, L: int) -> Point | None:
+    if i == 0:
+        return EMBED
+    return layer_out(i - 1) if 1 <= i <= L - 1 else None
+
+
 def _from_hf(i: int, L: int) -> Point | None:
     if i == 0:
         return EMBED
@@ -291,8 +311,9 @@ def _from_sglang_raw(i: int, L: int) -> Point | None:
     return layer_out(i - 1) if 1 <= i <= L - 1 else None
 
 
-_TO = {"hf": _to_hf, "vllm": _to_vllm, "sglang": _to_sglang, "sglang-raw": _to_sglang_raw}
-_FROM = {"hf": _from_hf, "vllm": _from_vllm, "sglang": _from_sglang, "sglang-raw": _from_sglang_raw}
+_TO = {"hf": _to_hf, "vllm": _to_vllm, "sglang": _to_sglang, "sglang-raw": _to_sglang_raw, "llamacpp": _to_llamacpp}
+_FROM = {"hf": _from_hf, "vllm": _from_vllm, "sglang": _from_sglang, "sglang-raw": _from_sglang_raw,
+         "llamacpp": _from_llamacpp}
 
 
 def _list_rule(rule: str, ids: list[int]) -> str:
@@ -346,6 +367,8 @@ def fed_points(ids: list[int], engine: str | Engine, num_layers: int, arch: str 
     were written in (vLLM even sorts them: `tuple(sorted(set(layers)))`).
     """
     got = id_meanings(ids, engine, num_layers, arch)
+    if as_engine(engine, arch).rule in ORDERED_ENGINES:
+        return got
     return sorted(set(p for p in got if p is not None)) + [None] * sum(p is None for p in got)
 
 
@@ -369,7 +392,7 @@ def ids_for_points(points: list[Point], engine: str | Engine, num_layers: int, a
 def order_problem(points: list[Point], engine: str | Engine) -> str | None:
     """Why no id list can feed `points` in this order (engines deliver ascending, unique slots)."""
     eng = as_engine(engine)
-    if eng.rule == "hf" or list(points) == sorted(set(points)):
+    if eng.rule in ORDERED_ENGINES or list(points) == sorted(set(points)):
         return None
     return (f"{eng.name} feeds the slots in ascending layer order without repeats, but the drafter was trained on "
             f"{[p.name for p in points]}")
@@ -382,7 +405,7 @@ def id_lists(points: list[Point], num_layers: int) -> dict[str, list[int | None]
     out["sglang"] = ids_for_points(points, "sglang", num_layers)
     out["sglang_deepseek"] = ids_for_points(points, Engine("sglang", PINNED["sglang"], "DeepseekV3ForCausalLM"),
                                             num_layers)
-    for eng in ("specforge", "vllm", "speculators"):
+    for eng in ("specforge", "vllm", "speculators", "llama.cpp"):
         out[eng] = ids_for_points(points, eng, num_layers)
     return out
 

@@ -1,0 +1,120 @@
+"""`export --format gguf`: a drafter (and, on request, its target) as GGUF files llama.cpp serves.
+
+Why through llama.cpp's own converter: the GGUF tensor names, the q/k row
+permutation for llama.cpp's rope, the absolute `d2t` and the `eagle3.*`
+metadata are llama.cpp's to define, and its `convert_hf_to_gguf.py` (from the
+same pinned tree the server is built from) is where they are defined. What is
+ours is the one thing the converter copies blindly: the layer ids. It writes
+`eagle_aux_hidden_state_layer_ids` from the drafter's config into
+`target_layers` as they are, and llama.cpp reads id k as the *input* of layer k.
+So the staged config carries ids computed for llama.cpp from the recorded
+physical points (`targets/points.py`), never the ids of another engine's export.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from eaglewire.drafter import DrafterConfig
+from eaglewire.engines import llama_env
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.load import cache_dir, default_gguf, resolve_target_dir
+from eaglewire.targets.points import Engine, Point, ids_for_points
+
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
+DRAFTER_FILE = "drafter.gguf"
+LLAMA_CPP = Engine.parse("llama.cpp")
+ID_KEY = "eagle3.target_layers (GGUF metadata, from eagle_aux_hidden_state_layer_ids)"
+
+
+def refusals(cfg: DrafterConfig, points: list[Point], num_layers: int) -> list[str]:
+    """Why llama.cpp cannot serve this drafter as trained (empty: it can); read from its eagle3 model and loader."""
+    why = []
+    ids = ids_for_points(points, LLAMA_CPP, num_layers)
+    bad = [p.name for p, i in zip(points, ids) if i is None]
+    if bad:
+        why.append(f"llama.cpp has no layer id for {', '.join(bad)} (it captures layer inputs 0..L-1 only; the last "
+                   "layer's output and the final norm are not extracted on llama targets)")
+    if cfg.num_aux != 3:
+        why.append(f"llama.cpp's EAGLE-3 requires exactly 3 target layers; the drafter has {cfg.num_aux} feature slots")
+    if cfg.fc_norm:
+        why.append("llama.cpp has no per-slot fc_norm (only one norm over the fused features, norm_before_fc); "
+                   "the drafter was trained with fc_norm")
+    if cfg.num_layers != 1:
+        why.append(f"llama.cpp's converter recognises an EAGLE-3 drafter by one decoder layer; the drafter has {cfg.num_layers}")
+    return why
+
+
+def llama_ids(cfg: DrafterConfig, points: list[Point], num_layers: int, where: str) -> list[int]:
+    why = refusals(cfg, points, num_layers)
+    if why:
+        raise EaglewireError(f"{where}: cannot export for llama.cpp: " + "; ".join(why))
+    return [int(i) for i in ids_for_points(points, LLAMA_CPP, num_layers)]
+
+
+def check_type(name: str, value: str) -> str:
+    v = value.lower()
+    if v not in GGUF_TYPES:
+        raise EaglewireError(f"{name} {value!r}: expected one of {', '.join(GGUF_TYPES)}")
+    return v
+
+
+def target_dir_for(source: str, num_layers: int, where: str) -> Path:
+    """The target's HF directory the converter reads (tokenizer, vocab and layer count), checked against the drafter."""
+    d = resolve_target_dir(source)
+    try:
+        tc = json.loads((d / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise EaglewireError(f"{d / 'config.json'}: unreadable ({e})") from e
+    tc = {**tc, **tc.get("text_config", {})} if isinstance(tc.get("text_config"), dict) else tc
+    if tc.get("num_hidden_layers") != num_layers:
+        raise EaglewireError(f"{where}: the drafter was trained on a {num_layers}-layer target, but {d} has "
+                             f"{tc.get('num_hidden_layers')} layers: pass the right --target")
+    return d
+
+
+def convert(model_dir: Path, out_file: Path, outtype: str, target_dir: Path | None = None,
+            timeout: int = 1800) -> Path:
+    """Run llama.cpp's convert_hf_to_gguf.py (pinned tree) on an HF directory; one line on failure."""
+    src = llama_env.ensure_source()
+    cmd = [sys.executable, str(src / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(out_file),
+           "--outtype", outtype]
+    if target_dir is not None:
+        cmd += ["--target-model-dir", str(target_dir)]
+    # its own gguf-py, not our pinned PyPI gguf (which predates the EAGLE3 architecture)
+    env = {k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(llama_env.gguf_py()), env.get("PYTHONPATH", "")) if p)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as e:
+        raise EaglewireError(f"llama.cpp's converter on {model_dir} took over {timeout} s") from e
+    if r.returncode != 0 or not out_file.is_file():
+        tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
+        raise EaglewireError(f"llama.cpp's convert_hf_to_gguf.py failed on {model_dir} (exit {r.returncode}): {tail}")
+    return out_file
+
+
+def target_gguf(source: str, outtype: str) -> Path:
+    """The target as GGUF, converted once per type and cached (the shipped default target is a Q4_1 GGUF already)."""
+    if outtype == "q4_1" and source == "default":
+        return default_gguf()
+    outtype = check_type("--target-gguf", outtype)
+    d = resolve_target_dir(source)
+    out = cache_dir() / "gguf" / f"{d.name}-{outtype}.gguf"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".convert-") as tmp:
+        part = convert(d, Path(tmp) / out.name, outtype)
+        part.rename(out)  # whole or absent: a killed conversion never leaves a truncated cached file
+    return out
+
+
+def write_drafter(stage: Path, out_file: Path, outtype: str, target_dir: Path) -> Path:
+    """Convert a staged vLLM-layout directory (config ids already llama.cpp's) into `out_file`."""
+    return convert(stage, out_file, outtype, target_dir)
