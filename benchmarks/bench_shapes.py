@@ -18,7 +18,7 @@ from pathlib import Path
 from eaglewire.data.heldout import heldout_prompts_path  # noqa: E402
 from eaglewire.decoding.compat import load_drafter_for  # noqa: E402
 from eaglewire.decoding.engine import SpecConfig, SpecEngine  # noqa: E402
-from eaglewire.decoding.run import _round_robin  # noqa: E402
+from eaglewire.decoding.run import round_robin as _round_robin  # noqa: E402
 from eaglewire.targets.load import load_target  # noqa: E402
 
 DEFAULT_SHAPES = ("3,4,10", "3,2,7", "2,3,6", "3,3,8")

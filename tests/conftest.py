@@ -11,7 +11,7 @@ ARCHS = ["llama", "qwen3", "mistral", "deepseek_v3"]
 # Tiers (README, Testing): a test's own marker wins; a file may mark all its tests (`pytestmark`);
 # the rest are integration tests when they use a real engine or the real default target, unit otherwise.
 TIERS = ("unit", "integration", "e2e")
-REAL_ENGINE_FIXTURES = {"vllm_python", "default_target"}
+REAL_ENGINE_FIXTURES = {"vllm_python", "default_target", "llama_server_bin"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -77,6 +77,19 @@ def vllm_python():
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"vLLM is required under CI=true: {e}")
         pytest.skip(f"no vLLM: {e}")
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin():
+    """The real llama-server the llama.cpp tests run (built once by `.ci/run`); skipped outside CI when absent."""
+    from eaglewire.engines.llama_env import find_server
+    from eaglewire.infra.errors import EaglewireError
+    from eaglewire_testing.ci import cannot_run, under_ci
+
+    try:
+        return find_server(install=under_ci())
+    except EaglewireError as e:
+        cannot_run(f"no llama-server: {e}")
 
 
 @pytest.fixture

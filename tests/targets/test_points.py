@@ -143,3 +143,23 @@ def test_point_option_takes_repeated_and_comma_separated_names():
     assert point_option([], 8) == eagle3_default(8) and point_option([""], 8, default=False) == []
     with pytest.raises(EaglewireError, match="layers.9.out"):
         point_option(["layers.9.out"], 8)
+
+
+def test_llamacpp_ids_are_layer_inputs_in_the_order_written():
+    # llama.cpp marks t_layer_inp[il] = inpL at the top of layer il (src/models/llama.cpp); executed by
+    # tests/engines/test_llama_server.py, where these ids make the served acceptance equal ours
+    L = 30
+    d = eagle3_default(L)
+    assert ids_for_points(d, "llama.cpp", L) == [2, 15, 27]  # as vLLM: id k = input of layer k
+    assert ids_for_points([EMBED], "llama.cpp", L) == [0]
+    assert ids_for_points([layer_out(L - 1), FINAL_NORM], "llama.cpp", L) == [None, None]  # no llama graph output
+    assert names(points_from_ids([1, 14, 26], "llama.cpp", L)) == ["layers.0.out", "layers.13.out", "layers.25.out"]
+    with pytest.raises(EaglewireError):
+        points_from_ids([2, 15, L], "llama.cpp", L)
+    # unlike vLLM, llama.cpp interleaves target_layer_ids[k] for k = 0, 1, 2: order and repeats kept
+    assert fed_points([27, 2, 2], "llama.cpp", L) == [layer_out(26), layer_out(1), layer_out(1)]
+    assert order_problem([layer_out(5), layer_out(1), layer_out(1)], "llama.cpp") is None
+    assert id_lists(d, L)["llama.cpp"] == [2, 15, 27]
+    for p in [EMBED] + [layer_out(k) for k in range(L - 1)]:
+        (i,) = ids_for_points([p], "llama.cpp", L)
+        assert points_from_ids([i], "llama.cpp", L) == [p]

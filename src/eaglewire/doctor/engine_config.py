@@ -13,6 +13,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
+from eaglewire.doctor.gguf_config import doctor_config_gguf
 from eaglewire.doctor.verdict import Report
 from eaglewire.export.checkpoint import corrupt_weights
 from eaglewire.export.formats import NOT_SERVABLE_KEY, read_config_json
@@ -309,8 +310,6 @@ def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[st
     if L is None:
         raise EaglewireError("the target's number of layers is unknown: pass --target or --target-layers")
     if eng.name == "llama.cpp":  # a GGUF: its metadata, not a config.json, holds the ids
-        from eaglewire.doctor.gguf_config import doctor_config_gguf
-
         return doctor_config_gguf(Path(d), eng, L, trained, trained_cfg)
     rep = Report("config")
     p, cfg = read_config_json(d)

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gguf import (
+    GGUFReader,  # our pinned reader is arch-agnostic: it reads eagle3 files' keys as they are
+)
+
 from eaglewire.doctor.verdict import Report
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.points import Engine, Point, id_meanings, ids_for_points
@@ -38,8 +42,6 @@ def find_gguf(d: Path) -> Path:
 
 def read_gguf_meta(path: Path) -> tuple[dict, dict]:
     """(metadata key -> value, tensor name -> shape); one line when the file is not a readable GGUF."""
-    from gguf import GGUFReader  # our pinned reader is arch-agnostic: it reads eagle3 files' keys as they are
-
     try:
         r = GGUFReader(str(path))
         meta = {}

@@ -19,8 +19,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from eaglewire.engines.vllm_env import _waiting_lock
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.locks import waiting_lock
 from eaglewire.targets.load import cache_dir
 from eaglewire.targets.points import PINNED
 
@@ -99,7 +99,7 @@ def ensure_built(timeout: int = 3600) -> Path:
     if is_built():
         return server_binary()
     home().parent.mkdir(parents=True, exist_ok=True)
-    with _waiting_lock(home().parent / f".llama.cpp-{LLAMA_CPP_PYTHON}.lock"):
+    with waiting_lock(home().parent / f".llama.cpp-{LLAMA_CPP_PYTHON}.lock"):
         if is_built():
             return server_binary()
         if shutil.which("cmake") is None:

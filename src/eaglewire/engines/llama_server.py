@@ -4,8 +4,9 @@ llama.cpp counts speculation per response (`timings.draft_n`, drafted tokens,
 and `timings.draft_n_accepted`), not per draft position as vLLM does, and it
 names no rounds. With a fixed depth and no probability gate every round
 drafts `depth` tokens, except where the answer's length limit cuts the last
-ones; `served_acceptance` therefore sends prompts one at a time, with the
-exact prompt token ids, and reports the totals beside the rounds they imply.
+ones, so rounds are counted from tokens instead: every generated token is the
+prefill's first one, an accepted draft, or a round's bonus token.
+(`doctor live` reads the exact per-position counters of `--metrics` instead.)
 """
 
 from __future__ import annotations
@@ -84,11 +85,11 @@ def complete(url: str, prompt_ids: list[int], max_tokens: int, timeout: float = 
     return toks, timings
 
 
-def served_acceptance(url: str, prompts: list[list[int]], max_tokens: int, depth: int) -> dict:
+def served_acceptance(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
     """Totals over `prompts`: tokens generated, drafted and accepted, and the mean acceptance length.
 
-    Rounds are drafted / depth (every round drafts `depth` tokens when p_min is 0); the
-    mean acceptance length counts the bonus token: 1 + accepted / rounds, as vLLM's is.
+    Rounds = generated - accepted - prompts (each prompt's first token comes from the prefill);
+    the mean acceptance length counts the bonus token: 1 + accepted / rounds, as vLLM's is.
     """
     gen = drafted = accepted = 0
     outputs = []
@@ -100,7 +101,7 @@ def served_acceptance(url: str, prompts: list[list[int]], max_tokens: int, depth
             raise EaglewireError(f"{where}: draft_n_accepted {a} exceeds draft_n {d}")
         gen, drafted, accepted = gen + len(toks), drafted + d, accepted + a
         outputs.append(toks)
-    rounds = drafted / depth if depth else 0.0
+    rounds = gen - accepted - sum(1 for o in outputs if o)
     return {"generated": gen, "drafted": drafted, "accepted": accepted, "rounds": rounds,
             "mean_acceptance_length": 1.0 + accepted / rounds if rounds else None, "outputs": outputs}
 

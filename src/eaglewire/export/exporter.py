@@ -14,6 +14,7 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
+from eaglewire.export import gguf
 from eaglewire.export.checkpoint import load_checkpoint, resolve_dir
 from eaglewire.export.config import ExportConfig
 from eaglewire.export.formats import (
@@ -122,8 +123,6 @@ def run_export(cfg: ExportConfig) -> dict:
 
 def run_export_gguf(cfg: ExportConfig) -> dict:
     """The vLLM layout with llama.cpp's ids, staged and handed to llama.cpp's own converter."""
-    from eaglewire.export import gguf
-
     outtype = gguf.check_type("--gguf-type", cfg.gguf_type)
     target_type = gguf.check_type("--target-gguf", cfg.target_gguf) if cfg.target_gguf else ""
     replaced = check_replace(cfg.out, cfg.force, RECORD, "export", sources=(cfg.ckpt, resolve_dir(cfg.ckpt)))

@@ -99,3 +99,14 @@ def dir_lock(d: Path, what: str):
     finally:
         _held.discard(key)
         _release(fd, d / LOCK_NAME, created)
+
+
+@contextmanager
+def waiting_lock(path: Path):
+    """Blocking flock: a second process (a parallel test, another command) waits for a one-time build to finish."""
+    with open(path, "w") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

@@ -30,6 +30,7 @@ from eaglewire.export.exporter import run_export
 from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.output import emit
+from eaglewire.serve import llamacpp
 from eaglewire.serve.config import ServeConfig
 from eaglewire.targets.load import load_target, resolve_target_dir
 
@@ -90,8 +91,6 @@ def run_serve(cfg: ServeConfig) -> dict:
     if not source:
         raise EaglewireError(f"{ckpt}: records no target (imported): pass --target")
     if cfg.engine == "llama.cpp":
-        from eaglewire.serve import llamacpp
-
         out = cfg.out or ckpt.parent / "serve"
         if cfg.print_command:
             res = llamacpp.print_llamacpp(cfg, ckpt, source, out / "llama.cpp")

@@ -1,0 +1,149 @@
+"""The real llama.cpp (llama-server built from llama-cpp-python 0.3.36's tree) serves our GGUF drafter.
+
+What is executed here, not read from source: llama.cpp's converter writes our
+ids into `eagle3.target_layers`; llama-server reads id k as the input of layer
+k (so a drafter exported for it accepts exactly what eaglewire predicts, per
+position, on an F32 target); a far miswiring FAILs `doctor live`; ids off by one
+FAIL `doctor config`, which names the ids to write. The target is a tiny random
+llama with SmolLM2's tokenizer (llama.cpp's converter refuses unknown BPE
+tokenizers); one server with the right drafter serves the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration  # a real llama-server serving our drafter
+EW = [sys.executable, "-m", "eaglewire.cli"]
+DEPTH = 3
+
+
+@pytest.fixture(scope="module")
+def llama_run(tmp_path_factory, llama_server_bin):
+    """(run dir, target dir, target F32 GGUF, exported drafter dir, SpecEngine) on the tiny SmolLM2-tokenizer llama."""
+    from eaglewire.decoding.compat import load_drafter_for
+    from eaglewire.decoding.engine import SpecEngine
+    from eaglewire.export.config import ExportConfig
+    from eaglewire.export.exporter import run_export
+    from eaglewire.export.gguf import convert
+    from eaglewire.targets.load import load_target
+    from eaglewire.training.config import TrainConfig
+    from eaglewire.training.loop import run_train
+    from eaglewire_testing.llamacpp import build_smollm_tiny
+    from eaglewire_testing.tinydata import build_tiny_dataset
+
+    root = tmp_path_factory.mktemp("llama")
+    target = build_smollm_tiny(root / "target")
+    ds = build_tiny_dataset(root, n=48, max_new_tokens=48, target=str(target))
+    run_train(TrainConfig(data=ds, out=root / "run", device="cpu", max_steps=300, batch_size=4, lr=3e-3,
+                          warmup_steps=5, ttt_steps=3, max_len=128, val_fraction=0.1, save_every=1000))
+    target_gguf = convert(target, root / "target-f32.gguf", "f32")
+    export = root / "gguf"
+    run_export(ExportConfig(ckpt=root / "run" / "drafter", format="gguf", out=export, gguf_type="f32"))
+    t = load_target(str(target))
+    drafter, points, _ = load_drafter_for(t, root / "run" / "drafter")
+    return root / "run", target, target_gguf, export, SpecEngine(t, drafter, points)
+
+
+def _prompts(engine, n=6):
+    from eaglewire.data.heldout import heldout_prompts_path
+    from eaglewire.decoding.run import encode_prompt_file
+
+    return encode_prompt_file(engine, heldout_prompts_path(), n)[0]
+
+
+def _server(binary, target_gguf, drafter_gguf, log):
+    from eaglewire.engines.llama_server import LlamaServer, LlamaSpec
+    from eaglewire.engines.vllm_server import free_port
+
+    spec = LlamaSpec(target_gguf=target_gguf, drafter_gguf=drafter_gguf, depth=DEPTH, port=free_port(), ctx=1024,
+                     threads=2)
+    return LlamaServer(binary, spec, log).start(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def served(llama_run, llama_server_bin, tmp_path_factory):
+    run, target, target_gguf, export, engine = llama_run
+    log = tmp_path_factory.mktemp("llama-log") / "server.log"
+    with _server(llama_server_bin, target_gguf, export / "drafter.gguf", log) as srv:
+        yield srv
+
+
+def test_export_writes_llamacpp_ids_into_the_gguf(llama_run):
+    from eaglewire.doctor.gguf_config import read_gguf_meta
+
+    run, target, _, export, engine = llama_run
+    meta, _ = read_gguf_meta(export / "drafter.gguf")
+    rec = json.loads((export / "eaglewire.export.json").read_text())
+    # trained on the EAGLE-3 default for 8 layers: layers.1/3/4.out, which llama.cpp captures as inputs of 2, 4, 5
+    assert rec["points"] == ["layers.1.out", "layers.3.out", "layers.4.out"]
+    assert meta["eagle3.target_layers"] == rec["ids"] == [2, 4, 5]
+    assert meta["general.architecture"] == "eagle3"
+
+
+def test_served_acceptance_equals_ours_per_position(llama_run, served):
+    from eaglewire.doctor.live import doctor_live
+
+    run, target, _, export, engine = llama_run
+    rep = doctor_live(served.spec.url, engine, _prompts(engine), 48)
+    assert not rep.failed, rep.to_dict()
+    s, p = rep.data["served"], rep.data["predicted"]
+    assert rep.data["engine"].startswith("llama.cpp") and rep.data["depth"] == DEPTH
+    assert s["drafts"] > 20 and sum(p["accepted_per_pos"]) > 10  # a real comparison, not 0 == 0
+    assert abs(s["mean_acceptance_length"] - p["mean_acceptance_length"]) <= 0.02 * p["mean_acceptance_length"]
+    outputs = next(c for c in rep.checks if c.name == "outputs")
+    assert outputs.ok, outputs.detail  # F32 both sides: greedy outputs equal token for token
+
+
+def test_serve_command_checks_llamacpp_and_says_ready(llama_run, llama_server_bin, tmp_path):
+    run, target, target_gguf, _, engine = llama_run
+    r = subprocess.run([*EW, "serve", str(run), "--engine", "llama.cpp", "--target", str(target), "--target-gguf",
+                        str(target_gguf), "--gguf-type", "f32", "--check-only", "--check-prompts", "3", "--threads", "2",
+                        "--out", str(tmp_path / "serve"), "--llama-server", str(llama_server_bin), "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    assert res["ids"] == [2, 4, 5] and res["check"]["ok"]
+    assert "--spec-type draft-eagle3" in res["command"] and "-md" in res["command"]
+
+
+def test_far_miswired_drafter_fails_live_and_config_names_the_ids(llama_run, llama_server_bin, tmp_path):
+    """Negative control: every slot fed from the embedding and layer 0 instead of layers 1/3/4."""
+    from eaglewire.doctor.live import doctor_live, static_check_for
+    from eaglewire_testing.llamacpp import stage_gguf_with_ids
+
+    run, target, target_gguf, export, engine = llama_run
+    bad = stage_gguf_with_ids(tmp_path, run / "drafter", [0, 1, 1], tmp_path / "bad" / "drafter.gguf", target)
+    static = static_check_for(bad.parent, ["layers.1.out", "layers.3.out", "layers.4.out"], 8, "LlamaForCausalLM")
+    with _server(llama_server_bin, target_gguf, bad, tmp_path / "bad.log") as srv:
+        rep = doctor_live(srv.spec.url, engine, _prompts(engine), 48, static)
+    assert rep.failed
+    bad_pos = [c for c in rep.checks if c.name.startswith("position") and not c.ok]
+    assert bad_pos, rep.to_dict()
+    points = next(c for c in rep.checks if c.name == "points")
+    assert not points.ok and "[2, 4, 5]" in points.fix
+
+
+def test_off_by_one_gguf_fails_doctor_config(llama_run, tmp_path):
+    """The seeds' bug on llama.cpp: SGLang's ids (output of layer k) written where llama.cpp reads inputs."""
+    from eaglewire.export.config import ExportConfig
+    from eaglewire.export.exporter import run_export
+    from eaglewire_testing.llamacpp import stage_gguf_with_ids
+
+    run, target, _, export, engine = llama_run
+    sg = run_export(ExportConfig(ckpt=run / "drafter", format="sglang", out=tmp_path / "sglang"))
+    assert sg["ids"] == [1, 3, 4]
+    naive = stage_gguf_with_ids(tmp_path, run / "drafter", sg["ids"], tmp_path / "naive" / "drafter.gguf", target)
+    r = subprocess.run([*EW, "doctor", "config", str(naive), "--engine", "llama.cpp", "--trained-on", str(run / "drafter"),
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["fed"] == ["layers.0.out", "layers.2.out", "layers.3.out"]
+    points = next(c for c in rep["checks"] if c["name"] == "points")
+    assert not points["ok"] and "[2, 4, 5]" in points["fix"]
+    ok = subprocess.run([*EW, "doctor", "config", str(export), "--json"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr  # the export itself: engine from its record, ids right
