@@ -3,7 +3,7 @@ a loopback capture server, help texts that render, and small bad values;
 `doctor live` against a fake vLLM server (item 9: the issue's doctor live findings); sizes in a
 drafter's or an imported config.json (item 10); `train --resume` with
 other spellings of its paths and required options in --config (item 11); a full disk (item 12, as `ulimit -f`);
-a truncated target and garbage `data import` files (item 13).
+a truncated target and garbage `data import` files (item 13); stored answer ids and a 3 GiB `--target` file (item 14).
 
 Names start with `i36-` (run them alone with `--only i36-`); `item` is the issue's item number.
 """
@@ -259,6 +259,48 @@ def _broken_files_cases() -> list[Case]:
             Case("i36-data-import-specforge-missing-keys", 13, specforge, words=("data_0.ckpt", "hidden_state"))]
 
 
+def _answer_ids_cases() -> list[Case]:
+    """Stored answer ids (tokens, not text): a mistyped or out-of-vocabulary id names responses.jsonl's line."""
+    def rows(ids):
+        def prep(w: World, d: Path) -> list:
+            data = w.copy(w.llama_answers, d / "data")
+            lines = (data / "responses.jsonl").read_text().splitlines()
+            row = json.loads(lines[1])
+            row["answer_ids"] = ids
+            write(data / "responses.jsonl", "\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+            return ["data", "extract", data, "--target", "tiny:llama", "--device", "cpu"]
+        return prep
+
+    def stored(res: Res, w: World, d: Path) -> str:
+        need(res.rc == 0, f"exit {res.rc}: {res.stderr.strip().splitlines()[-1:]}")
+        man = json.loads((d / "data" / "manifest.json").read_text())
+        got = man.get("answer_tokens") or {}
+        need(got.get("target_ids", 0) > 0 and not got.get("retokenized_text"), f"answer_tokens {got}")
+        return f"samples from the target's ids: {got}"
+
+    line = ("responses.jsonl:2", "answer_ids")
+    return [Case("i36-extract-answer-ids-mistyped", 14, rows([5, "x"]), words=line, post=_not("data/manifest.json", "extracted")),
+            Case("i36-extract-answer-ids-outside-vocab", 14, rows([5, 10 ** 9]), words=line,
+                 post=_not("data/manifest.json", "extracted")),
+            Case("i36-extract-answer-ids-used", 14, lambda w, d: ["data", "extract", w.copy(w.llama_answers, d / "data"),
+                                                                  "--target", "tiny:llama", "--device", "cpu"], check=stored)]
+
+
+def _big_file_cases() -> list[Case]:
+    """`--target` naming a 3 GiB (sparse) file: its header says what it is, it is never read whole."""
+    def big(name: str, head: bytes = b""):
+        def prep(w: World, d: Path) -> list:
+            with open(d / name, "wb") as f:
+                f.write(head)
+                f.truncate(3 << 30)
+            return ["inspect", "--target", d / name, "--device", "cpu"]
+        return prep
+
+    return [Case("i36-target-big-file-no-suffix", 14, big("model"), words=("model", "no config.json"), mem_gib=4, timeout=60),
+            Case("i36-target-big-gguf-damaged", 14, big("model.gguf", b"GGUF\0\0\0\0"), words=("model.gguf", "GGUF version"),
+                 mem_gib=4, timeout=60)]
+
+
 def issue36() -> list[Case]:
     build = ["data", "build", "--target", "tiny:llama", "--device", "cpu", "--max-new-tokens", 4, "--vocab-size", 50]
     in_out = lambda w, d: [*build, "--out", d / "out", "--prompts", prompts(d / "out" / "prompts.jsonl", 2)]  # noqa: E731
@@ -304,4 +346,6 @@ def issue36() -> list[Case]:
         *_resume_cases(),
         *_full_cases(),
         *_broken_files_cases(),
+        *_answer_ids_cases(),
+        *_big_file_cases(),
     ]

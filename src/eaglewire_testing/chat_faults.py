@@ -23,5 +23,6 @@ def json_faults() -> dict:
         "usage-list": reply(usage=[1, 2]),
         "no-content-key": reply({"role": "assistant"}),
         "huge-count": reply(usage={"prompt_tokens": 9, "completion_tokens": 10 ** 15}),
+        "token-ids-mistyped": reply(token_ids=[5, "6", None]),
     }
 

@@ -75,7 +75,6 @@ def _features(d):
 def test_bad_or_missing_shards_are_re_extracted_by_following_the_hint(tiny_dataset, tmp_path):
     import shutil
 
-    import torch
 
     d = tmp_path / "ds"
     shutil.copytree(tiny_dataset, d)
@@ -100,8 +99,13 @@ def test_bad_or_missing_shards_are_re_extracted_by_following_the_hint(tiny_datas
         assert "re-extracting the samples of 1 bad shard" in fix.stdout + fix.stderr
         got = _features(d)  # verifies every checksum on open
         assert set(got) == set(ref)
+        # Re-extracted in other batches (other padding, other kernel blockings): float rounding, which a random
+        # tiny model can amplify in a near-cancelling element (seen: one of 13,632 elements off by 3e-4 of its
+        # slot's scale); a wrong sample, token or slot is off by the scale itself.
         for i in ref:
-            torch.testing.assert_close(got[i], ref[i])
+            scale = ref[i].abs().amax(dim=(0, 2), keepdim=True)  # [1, slots, 1]
+            err = (got[i] - ref[i]).abs()  # [T, slots, H]
+            assert (err <= 1e-3 * scale).all() and (err > 1e-5).float().mean() < 1e-3, (damage, i, err.max().item())
     # `data build --resume` repairs too instead of dying on the missing file
     victim = sorted(d.glob("shard-*.safetensors"))[0]
     victim.unlink()

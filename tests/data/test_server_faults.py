@@ -68,8 +68,11 @@ FAULTS = {
     "incomplete": _incomplete,
     "not-utf8": _not_utf8,
     "trickle": _trickle,
+    "token-ids": _reply(token_ids=[17, 18, 2]),  # vLLM's return_token_ids: the ids it generated
+    "token-ids-reasoning": _reply({"role": "assistant", "content": "Blue.", "reasoning_content": "hm"}, token_ids=[4, 5]),
 }
 EXPECT = {
+    "token-ids-mistyped": "choices[0].token_ids",
     "int-content": "not text", "message-string": "not an object", "usage-list": "usage is list",
     "no-content-key": "without message.content", "huge-count": "answer tokens for a max_tokens 8",
     "huge-answer": "characters for a max_tokens 8", "incomplete": "IncompleteRead", "not-utf8": "not JSON",
@@ -115,6 +118,17 @@ def test_valid_replies_are_stored(fake, tmp_path, mode):
     assert row["messages"][-1]["content"] == "Blue."
 
 
+@pytest.mark.parametrize("mode, ids", [("good", None), ("token-ids", [17, 18, 2]), ("token-ids-reasoning", None)])
+def test_server_token_ids_are_stored_when_they_match_the_stored_turn(fake, tmp_path, mode, ids):
+    """The server's own ids when it gives them; its text (tokenised at extract) when not, or when reasoning was split off."""
+    r = _generate(fake, tmp_path, mode)
+    assert r.returncode == 0, r.stderr
+    row = json.loads((tmp_path / "d" / "responses.jsonl").read_text().splitlines()[0])
+    assert row.get("answer_ids") == ids
+    gen = json.loads((tmp_path / "d" / "generate.config.json").read_text())["result"]["settings"]
+    assert gen["answer_ids"] == {"from_server": int(ids is not None), "retokenized_text": int(ids is None)}
+
+
 def test_a_server_without_scheme_is_one_line(tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "hi"}) + "\n")
@@ -144,3 +158,16 @@ def test_ctrl_c_stops_within_seconds_and_keeps_what_was_written(fake, tmp_path):
     _, err = p.communicate(timeout=60)
     assert time.monotonic() - t0 < 10 and p.returncode == 130, err[-500:]
     assert "interrupted" in err and "--resume" in err and "Traceback" not in err
+
+
+def test_token_ids_are_asked_of_vllm_only():
+    """`transformers serve` refuses unknown fields (every request failed with return_token_ids): ask vLLM only."""
+    from eaglewire.data.config import GenSettings
+    from eaglewire.data.server import _body, is_vllm
+
+    assert is_vllm({"version": {"version": "0.32.0"}})
+    assert not is_vllm({"version": {"version": "0.5.23"}, "get_server_info": {}})  # SGLang
+    assert not is_vllm({"server_header": "uvicorn"}) and not is_vllm({"version": {"data": []}})
+    s = GenSettings()
+    assert _body("m", [], s, 0, token_ids=True)["return_token_ids"] is True
+    assert "return_token_ids" not in _body("m", [], s, 0)

@@ -117,9 +117,12 @@ def test_serve_command_exports_starts_and_checks(vllm_python, served_run, tmp_pa
 
 
 def test_doctor_live_fails_on_miswired_slots_and_names_the_fix(vllm_python, served_run, tmp_path):
-    """Negative control: the same drafter served with its slots on layers 5-7 instead of 2, 4, 5."""
+    """Negative control: the same drafter served with its slots on the embedding and layers 0-1 instead of the
+    inputs of layers 2, 4, 5. (Served on the inputs of layers 5-7 it passed once the training answers were the
+    target's own tokens: a drafter on a random tiny target leans on its deepest slot, so only a miswiring of
+    every slot is sure to move what it drafts.)"""
     run, target, _ = served_run
-    bad = _export(run, tmp_path / "bad", ids=[5, 6, 7])
+    bad = _export(run, tmp_path / "bad", ids=[0, 1, 2])
     with _server(vllm_python, target, bad, 3, tmp_path / "vllm.log") as srv:
         r = subprocess.run([*EW, "doctor", "live", "--server", srv.spec.url, "--drafter", str(run), "--target", str(target),
                             "--served-drafter", str(bad), "--num-prompts", "6", "--max-new-tokens", "48", "--json"],

@@ -25,6 +25,10 @@ def _human_info(r: dict) -> None:
     print(f"dataset {r['path']} ({'complete' if r['complete'] else 'INCOMPLETE'}), manifest {r['manifest_sha']}")
     print(f"  target      {r['target']}  fingerprint {r['target_fingerprint']}")
     print(f"  samples     {r['num_samples']}  tokens {r['num_tokens']}  loss tokens {r['num_loss_tokens']}  shards {r['num_shards']} ({r['store_dtype']})")
+    a = r.get("answer_tokens")
+    how = (f"{a.get('target_ids', 0)} as the target's generated ids, {a.get('retokenized_text', 0)} re-tokenised from text"
+           if isinstance(a, dict) else a)
+    print(f"  answers     {how}")
     p = r["points"]
     print("  slot  point            hf  sglang  vllm  mean|x|")
     for j, n in enumerate(p["names"]):

@@ -20,14 +20,15 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from eaglewire.data.answers import answer_tokens, sample_ids
 from eaglewire.data.config import ExtractSettings
-from eaglewire.data.lossmask import render_with_mask
 from eaglewire.data.manifest import MANIFEST, Manifest, shard_problem
 from eaglewire.infra.atomic import follow_umask, on_disk_full
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.device import dtype_from_name, dtype_name
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.capture import capture
+from eaglewire.targets.chat import assistant_end_ids
 from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
 from eaglewire.targets.points import FINAL_NORM, Point, parse_points
 
@@ -35,10 +36,14 @@ _SHARD_DELAY = float(os.environ.get("EAGLEWIRE_SHARD_DELAY", "0"))
 
 
 def tokenize_rows(tokenizer, rows: list[dict], max_len: int) -> tuple[list, dict]:
-    """(index, input_ids, loss_mask) per usable row, and counts of what was dropped."""
+    """(index, input_ids, loss_mask) per usable row, and counts of what was dropped.
+
+    A row's answer is the ids the target generated when it stores them (data/answers.py), else its text.
+    """
     out, counts = [], {"truncated": 0, "no_loss_tokens": 0}
+    stop = assistant_end_ids(tokenizer)
     for r in rows:
-        ids, mask = render_with_mask(tokenizer, r["messages"])
+        ids, mask = sample_ids(tokenizer, r, stop)
         if len(ids) > max_len:
             ids, mask = ids[:max_len], mask[:max_len]
             counts["truncated"] += 1
@@ -224,7 +229,7 @@ def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: di
     man.forward_dtype, man.capture = cap.forward_dtype, cap.provenance()
     done = _prepare_out(out_dir, man, resume)
     items, counts = tokenize_rows(target.tokenizer, [r for r in rows if r["index"] not in done], s.max_seq_len)
-    man.dropped = counts
+    man.dropped, man.answer_tokens = counts, answer_tokens(rows)
     stats = _NormStats([p.name for p in pts], man.norm_stats)
     buf, t0, ntok = [], time.perf_counter(), 0
     total = sum(len(i[1]) for i in items)

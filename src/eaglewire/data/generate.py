@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from eaglewire.data.config import GenSettings
-from eaglewire.data.jsonl import JsonlAppender, read_jsonl, rewrite_jsonl
+from eaglewire.data.jsonl import ANSWER_IDS, JsonlAppender, read_jsonl, rewrite_jsonl
 from eaglewire.data.prompts import prompt_turns
 from eaglewire.targets.fastlinear import packed_linears
 from eaglewire.targets.kvcache import growing_cache
@@ -114,7 +114,7 @@ def pending_answers(convs, out_path: Path, tokenizer, s: GenSettings, stats: Gen
 
 def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bool = False,
                        share: tuple[int, int] = (0, 1)) -> GenStats:
-    """Write `responses.jsonl` rows {index, messages (with the target's answer), ...}."""
+    """Write `responses.jsonl` rows {index, messages (with the target's answer as text), answer_ids, ...}."""
     stats = GenStats()
     todo = pending_answers(convs, out_path, target.tokenizer, s, stats, resume, share)
     writer = JsonlAppender(out_path)
@@ -133,8 +133,10 @@ def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bo
                     continue
                 stats.finish[reason] = stats.finish.get(reason, 0) + 1
                 stats.done += 1
+                # the ids are what training reads (the text, decoded, may not tokenise back to them)
                 writer.write({"index": i, "messages": msgs + [{"role": "assistant", "content": text}],
-                              "prompt_tokens": len(pids), "response_tokens": len(new), "finish": reason})
+                              ANSWER_IDS: new, "prompt_tokens": len(pids), "response_tokens": len(new),
+                              "finish": reason})
             writer.flush()
             stats.seconds = time.perf_counter() - t0
             bar.update(len(chunk))

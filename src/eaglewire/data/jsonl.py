@@ -36,8 +36,14 @@ def read_jsonl(path: Path, tolerate_partial_tail: bool = True, check=None) -> li
     return rows
 
 
-def response_problem(row: dict) -> str | None:
-    """Why a `responses.jsonl` row cannot be rendered with the chat template (None when it can)."""
+ANSWER_IDS = "answer_ids"  # the token ids the target generated for the last (assistant) message
+
+
+def response_problem(row: dict, vocab_size: int | None = None) -> str | None:
+    """Why a `responses.jsonl` row cannot be rendered with the chat template (None when it can).
+
+    With `vocab_size`, stored answer ids must also name tokens of that vocabulary.
+    """
     if "messages" not in row:
         return None  # a skipped-prompt record: no answer to train on
     msgs = row["messages"]
@@ -46,6 +52,21 @@ def response_problem(row: dict) -> str | None:
     for m in msgs:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
             return f"message {m!r:.60}: expected an object with string role and content"
+    return _answer_ids_problem(row, vocab_size)
+
+
+def _answer_ids_problem(row: dict, vocab_size: int | None) -> str | None:
+    if row.get(ANSWER_IDS) is None:
+        return None  # written before answer ids were stored, or by a server that gives none: its text is used
+    ids, top = row[ANSWER_IDS], (vocab_size or 2 ** 31) - 1
+    if not isinstance(ids, list) or not ids:
+        return f"{ANSWER_IDS} is {ids!r:.40}: expected a non-empty list of token ids"
+    bad = next((k for k, t in enumerate(ids) if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t <= top), None)
+    if bad is not None:
+        return f"{ANSWER_IDS}[{bad}] is {ids[bad]!r:.30}: expected a token id from 0 to {top}" + (
+            " (the target's vocabulary)" if vocab_size else "")
+    if row["messages"][-1]["role"] != "assistant":
+        return f"{ANSWER_IDS} given, but the last message is {row['messages'][-1]['role']!r}, not the assistant's answer"
     return None
 
 

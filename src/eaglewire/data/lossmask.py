@@ -83,12 +83,14 @@ def _turn_texts(tokenizer, messages: list[dict], full: str) -> list[tuple[str, s
     return out
 
 
-def render_with_mask(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
+def render_with_mask(tokenizer, messages: list[dict], add_generation_prompt: bool = False) -> tuple[list[int], list[int]]:
     """Token ids of the rendered conversation and a 0/1 mask of assistant-produced tokens.
 
     See the module docstring for how spans are found and the trailing-token rule.
+    With `add_generation_prompt` the ids end with the assistant header: a prompt
+    as generation rendered it (the answer's stored ids follow, data/answers.py).
     """
-    full = render(tokenizer, messages, add_generation_prompt=False)
+    full = render(tokenizer, messages, add_generation_prompt=add_generation_prompt)
     full_ids = encode(tokenizer, full)
     texts = _turn_texts(tokenizer, messages, full)
     spans = _token_spans(tokenizer, texts, full_ids)

@@ -28,7 +28,7 @@ MANIFEST = "manifest.json"
 SHARD_NAME = re.compile(r"(rank-\d{5}/)?shard-\d{5}\.safetensors")  # what `write_shard` names, nothing else
 _SHARD_FIELDS = {"file": str, "num_samples": int, "num_tokens": int, "num_loss_tokens": int, "indices": list,
                  "bytes": int, "sha256": str}
-_ID_KEYS = ("names", "hf_index", "sglang", "sglang_deepseek", "specforge", "vllm", "speculators")
+_ID_KEYS = ("names", "hf_index", "sglang", "sglang_deepseek", "specforge", "vllm", "speculators", "llama.cpp")
 
 
 def points_to_json(points: list[Point] | None, num_layers: int | None, num_slots: int, stated_by: str | None) -> dict:
@@ -78,6 +78,7 @@ class Manifest:
     num_loss_tokens: int = 0
     norm_stats: list[dict] | None = None
     dropped: dict | None = None
+    answer_tokens: dict | None = None  # how the answers' tokens were made: {target_ids: n, retokenized_text: n}
     vocab: dict | None = None
     extract_tokens_per_s: float | None = None
     ranks: int | None = None
@@ -133,6 +134,8 @@ class Manifest:
         for key, typ in (("shards", list), ("target", dict), ("points", dict)):
             if not isinstance(raw.get(key), typ):
                 raise EaglewireError(f"{where}: '{key}' missing or not a {typ.__name__}")
+        if raw.get("answer_tokens") is not None and not isinstance(raw["answer_tokens"], dict):
+            raise EaglewireError(f"{where}: 'answer_tokens' must be an object of counts, got {raw['answer_tokens']!r:.80}")
         if raw.get("capture") is not None and not isinstance(raw["capture"], dict):
             raise EaglewireError(f"{where}: 'capture' must be an object naming the engine, got {raw['capture']!r}")
         for i, e in enumerate(raw["shards"]):

@@ -14,6 +14,7 @@ import json
 import time
 from pathlib import Path
 
+from eaglewire.data.answers import check_answer_vocab
 from eaglewire.data.config import (
     PROMPTS,
     RESPONSES,
@@ -43,7 +44,7 @@ from eaglewire.data.recorded import (
     recorded_generate,
     settings_from_manifest,
 )
-from eaglewire.data.server import FAILURES, ServerSettings, generate_via_server
+from eaglewire.data.server import FAILURES, ServerSettings, generate_via_server, is_vllm
 from eaglewire.data.sharded import (
     agree,
     check_ranks,
@@ -212,6 +213,7 @@ def _generate_via_server(cfg, s) -> dict:
                         retries=cfg.retries, timeout_s=cfg.request_timeout)
     client = ChatClient(ss.url, ss.timeout_s, ss.retries, ss.backoff_s)
     ident = client.identity(ss.model)
+    ss.token_ids = is_vllm(ident)
     tok = load_tokenizer(cfg.target)
     convs, counts = _prompts_everywhere(cfg, None)
     path, share = _answers_file(cfg)
@@ -220,6 +222,7 @@ def _generate_via_server(cfg, s) -> dict:
     settings = {**s.as_dict(), "source": "server", "server": ident, "concurrency": ss.concurrency,
                 "reasoning": {"mode": ss.reasoning, "samples_with_reasoning": sst.with_reasoning,
                               "stored_as": "reasoning_content" if tpl_reasoning else "inline <think>"},
+                "answer_ids": {"from_server": sst.with_ids, "retokenized_text": stats.done - sst.with_ids},
                 "chat_template": {"local_sha": chat_template_hash(tok),
                                   "prompt_tokens_checked": sst.prompt_tokens_checked,
                                   "prompt_tokens_mismatched": sst.prompt_tokens_mismatched}}
@@ -250,10 +253,11 @@ def run_extract(cfg, target=None) -> dict:
             raise EaglewireError("--engine vllm: one process drives the vLLM server (which is parallel itself); "
                                  "run it without torchrun")
         target = None
-        num_layers = _config_layers(cfg.target)
+        num_layers, vocab_size = _config_int(cfg.target, "num_hidden_layers"), _config_int(cfg.target, "vocab_size")
     else:
         target = target or _load(cfg)
-        num_layers = target.num_layers
+        num_layers, vocab_size = target.num_layers, target.vocab_size
+    check_answer_vocab(cfg.data / RESPONSES, rows, vocab_size)
     names = [p.name for p in point_option(cfg.points, num_layers)]
     gen_cfg = cfg.data / "generate.config.json"
     gen = json.loads(gen_cfg.read_text()).get("result", {}).get("settings", {}) if gen_cfg.exists() else {}
@@ -270,12 +274,13 @@ def run_extract(cfg, target=None) -> dict:
             "tokens_per_s": round(man.extract_tokens_per_s or 0.0, 1)}
 
 
-def _config_layers(source: str) -> int:
+def _config_int(source: str, key: str) -> int:
     p = resolve_target_dir(source) / "config.json"
     cfg = read_json(p, "no config.json")
-    n = cfg.get("num_hidden_layers", (cfg.get("text_config") or {}).get("num_hidden_layers")) if isinstance(cfg, dict) else None
-    if not isinstance(n, int) or n < 1:
-        raise EaglewireError(f"{p}: num_hidden_layers missing or not a positive integer")
+    text = cfg.get("text_config") if isinstance(cfg, dict) else None
+    n = cfg.get(key, text.get(key) if isinstance(text, dict) else None) if isinstance(cfg, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise EaglewireError(f"{p}: {key} missing or not a positive integer")
     return n
 
 
@@ -376,6 +381,8 @@ def info(d: Path, verify: bool = True) -> dict:
         "num_samples": man.num_samples, "num_tokens": man.num_tokens, "num_loss_tokens": man.num_loss_tokens,
         "target": man.target.source, "target_fingerprint": raw["target"]["fingerprint"],
         "chat_template_sha": man.chat_template_sha, "generation": man.generation,
+        "answer_tokens": man.answer_tokens or ("not recorded (imported, or extracted before answer ids were stored: "
+                                              "then answers were re-tokenised from text)"),
         "store_dtype": man.extract.get("dtype"), "norm_stats": man.norm_stats,
         "vocab": man.vocab, "num_shards": len(man.shards), "dropped": man.dropped,
         "manifest_sha": manifest_hash(d), "checksums_verified": verify,

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from eaglewire.data.config import GenSettings
 from eaglewire.data.generate import GenStats, pending_answers
-from eaglewire.data.jsonl import JsonlAppender, rewrite_jsonl
+from eaglewire.data.jsonl import ANSWER_IDS, JsonlAppender, rewrite_jsonl
 from eaglewire.engines.http import ChatClient, RequestFailed
 
 FAILURES = "failures.jsonl"
@@ -43,6 +43,14 @@ class ServerSettings:
     retries: int = 4
     timeout_s: float = 600.0
     backoff_s: float = 1.0
+    token_ids: bool = False  # ask for the generated ids (vLLM's return_token_ids); other servers may refuse the field
+
+
+def is_vllm(ident: dict) -> bool:
+    """Whether the server that `ChatClient.identity` described is vLLM: it answers /version with its version,
+    SGLang answers /get_server_info as well, `transformers serve` and llama.cpp answer neither."""
+    v = ident.get("version")
+    return isinstance(v, dict) and isinstance(v.get("version"), str) and "get_server_info" not in ident
 
 
 def _text_content(msg: dict) -> str | None:
@@ -92,8 +100,13 @@ def assistant_message(msg: dict, mode: str, template_has_reasoning: bool) -> tup
     return out, bool(reasoning)
 
 
-def _body(model: str, msgs: list[dict], s: GenSettings, seed: int) -> dict:
+def _body(model: str, msgs: list[dict], s: GenSettings, seed: int, token_ids: bool = False) -> dict:
+    # return_token_ids: vLLM (>= 0.10.2) then answers with the ids it generated, which training reads
+    # (engines/vllm_server.py complete_ids asks the same); sent to vLLM only (`transformers serve` refuses
+    # unknown fields), other servers' text is tokenised at extract
     body = {"model": model, "messages": msgs, "max_tokens": s.max_new_tokens, "temperature": s.temperature}
+    if token_ids:
+        body["return_token_ids"] = True
     if s.temperature > 0:
         body.update(top_p=s.top_p, seed=seed)
     return body
@@ -110,7 +123,7 @@ def _ask(client: ChatClient, model: str, item, s: GenSettings, ss: ServerSetting
          tokenizer) -> _Answer:
     i, msgs, pids = item
     try:
-        data, _ = client.request("/v1/chat/completions", _body(model, msgs, s, s.seed * 100003 + i))
+        data, _ = client.request("/v1/chat/completions", _body(model, msgs, s, s.seed * 100003 + i, ss.token_ids))
         choice = data["choices"][0]
         msg, finish = choice["message"], choice.get("finish_reason")
     except RequestFailed as e:
@@ -132,6 +145,9 @@ def _ask(client: ChatClient, model: str, item, s: GenSettings, ss: ServerSetting
         return _Answer(i, error=f"{n_new} answer tokens for a max_tokens {s.max_new_tokens} request")
     row = {"index": i, "messages": msgs + [turn], "prompt_tokens": len(pids), "response_tokens": n_new, "finish": "eos" if finish != "length" else "length",
            "server_prompt_tokens": usage.get("prompt_tokens"), "reasoning": had_reasoning}
+    ids = choice.get("token_ids") if isinstance(choice, dict) else None
+    if ids is not None and not had_reasoning:  # reasoning split off: the ids no longer match the stored turn
+        row[ANSWER_IDS] = ids
     return _Answer(i, row=row)
 
 
@@ -155,6 +171,10 @@ def _malformed(msg, data: dict, max_new: int) -> str | None:
     n = (usage or {}).get("completion_tokens")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
         return f"usage.completion_tokens {n!r} is not a token count"
+    ids = ((data.get("choices") or [{}])[0] or {}).get("token_ids")
+    if ids is not None and (not isinstance(ids, list) or len(ids) > max_new + _SLACK_TOKENS
+                            or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2 ** 31 for t in ids)):
+        return f"choices[0].token_ids {ids!r:.60} is not a list of at most {max_new + _SLACK_TOKENS} token ids"
     return None
 
 
@@ -164,6 +184,7 @@ class ServerStats:
     with_reasoning: int = 0
     prompt_tokens_checked: int = 0
     prompt_tokens_mismatched: int = 0
+    with_ids: int = 0  # answers stored with the ids the server generated (the rest: text, tokenised at extract)
 
 
 def _record(ans: _Answer, writer, stats, sstats: ServerStats, failures: list) -> None:
@@ -177,6 +198,7 @@ def _record(ans: _Answer, writer, stats, sstats: ServerStats, failures: list) ->
         sstats.prompt_tokens_checked += 1
         sstats.prompt_tokens_mismatched += int(spt != row["prompt_tokens"])
     sstats.with_reasoning += int(row["reasoning"])
+    sstats.with_ids += int(ANSWER_IDS in row)
     if not row["messages"][-1]["content"] and not row["messages"][-1].get("reasoning_content"):
         stats.skipped_empty += 1
         writer.write({"index": row["index"], "skipped": "empty"})

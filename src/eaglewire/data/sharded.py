@@ -130,10 +130,18 @@ def merge_manifests(out: Path, world: int) -> Manifest:
         first, shards=shards, complete=all(p.complete for p in parts), ranks=world,
         dropped={k: sum((p.dropped or {}).get(k, 0) for p in parts) for k in (first.dropped or {})},
         extract_tokens_per_s=sum(p.extract_tokens_per_s or 0.0 for p in parts),
+        answer_tokens=_sum_counts([p.answer_tokens for p in parts]),
         norm_stats=_merge_norms([p.norm_stats or [] for p in parts]))
     man.recount()
     man.save(out)
     return man
+
+
+def _sum_counts(parts: list[dict | None]) -> dict | None:
+    """Per-key sums of the ranks' counts; None when a rank recorded none (made before the record existed)."""
+    if not parts or any(p is None for p in parts):
+        return None
+    return {k: sum(p.get(k, 0) for p in parts) for k in parts[0]}
 
 
 def _merge_norms(per_rank: list[list[dict]]) -> list[dict]:

@@ -11,7 +11,6 @@ prefill's first one, an accepted draft, or a round's bonus token.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,11 +104,3 @@ def served_acceptance(url: str, prompts: list[list[int]], max_tokens: int) -> di
     return {"generated": gen, "drafted": drafted, "accepted": accepted, "rounds": rounds,
             "mean_acceptance_length": 1.0 + accepted / rounds if rounds else None, "outputs": outputs}
 
-
-def props(url: str) -> dict:
-    """What the server says it runs (`/props`): the model path among others."""
-    return http_json(url, "/props", timeout=30)
-
-
-def threads_default() -> int:
-    return max(1, len(os.sched_getaffinity(0)))

@@ -43,17 +43,19 @@ def run_inspect(cfg: InspectConfig) -> None:
         "eos_token_ids": t.eos_ids(),
         "default_capture": {"names": ids["names"], "hf_index": ids["hf_index"], "sglang": ids["sglang"],
                             "vllm": ids["vllm"], "specforge": ids["specforge"], "speculators": ids["speculators"],
-                            "sglang_deepseek": ids["sglang_deepseek"]},
+                            "sglang_deepseek": ids["sglang_deepseek"], "llama.cpp": ids["llama.cpp"]},
     }
 
     def human(r):
         for k in ("target", "path", "architecture", "num_layers", "hidden_size", "vocab_size", "num_parameters", "chat_template"):
             print(f"{k:>16}: {r[k]}")
         dc = r["default_capture"]
-        print("  EAGLE-3 default capture (physical name -> HF, SGLang and vLLM ids; `eaglewire layers` for the others):")
-        print(f"    {'point':<16}{'hf':>6}{'sglang':>8}{'vllm':>6}")
+        print("  EAGLE-3 default capture (physical name -> HF, SGLang, vLLM and llama.cpp ids; `eaglewire layers` "
+              "for the others):")
+        print(f"    {'point':<16}{'hf':>6}{'sglang':>8}{'vllm':>6}{'llama.cpp':>11}")
         for i, n in enumerate(dc["names"]):
-            print(f"    {n:<16}{_s(dc['hf_index'][i]):>6}{_s(dc['sglang'][i]):>8}{_s(dc['vllm'][i]):>6}")
+            print(f"    {n:<16}{_s(dc['hf_index'][i]):>6}{_s(dc['sglang'][i]):>8}{_s(dc['vllm'][i]):>6}"
+                  f"{_s(dc['llama.cpp'][i]):>11}")
 
     emit(res, cfg.json, human)
 
@@ -81,7 +83,7 @@ def run_layers(cfg: LayersConfig) -> None:
     res["warnings"] = list(dict.fromkeys(w for w in found if w))
 
     def human(r):
-        keys = ["hf_index", "sglang", "sglang_deepseek", "specforge", "vllm", "speculators"]
+        keys = ["hf_index", "sglang", "sglang_deepseek", "specforge", "vllm", "speculators", "llama.cpp"]
         print(f"reading {r['from']['ids']} as {r['from']['engine']} ids"
               + "".join(f"\n  assumed: {a}" for a in r["from"]["assumed"]))
         print(f"{'point':<16}" + "".join(f"{k:>16}" for k in keys))

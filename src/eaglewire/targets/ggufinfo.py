@@ -53,7 +53,8 @@ class _Header:
             raise ValueError(f"unknown GGUF value type {kind}")
 
 
-def _byte_order(buf) -> str | None:
+def gguf_byte_order(buf) -> str | None:
+    """'<' or '>' from the version field after the magic (None when neither reads as a known version)."""
     for order in ("<", ">"):  # big-endian GGUF files exist (s390x builds)
         if struct.unpack_from(order + "I", buf, 4)[0] in VERSIONS:
             return order
@@ -64,7 +65,7 @@ def gguf_tensor_elements(path: Path) -> int | None:
     """Total elements over the file's tensors (fp32 bytes = 4 x this); None when the header cannot be read."""
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            if buf[:4] != b"GGUF" or (order := _byte_order(buf)) is None:
+            if buf[:4] != b"GGUF" or (order := gguf_byte_order(buf)) is None:
                 return None
             h = _Header(buf, order)
             tensors, kvs = h.num("Q"), h.num("Q")

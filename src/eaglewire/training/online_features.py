@@ -5,7 +5,8 @@ target, terabytes for a real dataset), while the target's forward is cheap
 next to a TTT step on a GPU. `train --online` reads only `responses.jsonl`.
 
 Exactness: a sample here is exactly what `FeatureDataset` yields for the same
-response after `eaglewire data extract`: the same rows, tokenization, loss mask
+response after `eaglewire data extract`: the same rows, tokens (the target's
+stored answer ids, or the text of an older dataset: data/answers.py), loss mask
 and drop rule (`extract.tokenize_rows`), the same hooks and right-padded
 forward (`extract.forward_features`), and the same rounding of the features to the
 store dtype, so offline and online training follow the same losses (tested;
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from eaglewire.data.answers import answer_tokens, check_answer_vocab
 from eaglewire.data.config import RESPONSES, ExtractSettings
 from eaglewire.data.extract import forward_features, new_manifest, tokenize_rows
 from eaglewire.data.jsonl import read_jsonl, response_problem
@@ -70,7 +72,7 @@ class OnlineDataset(torch.utils.data.Dataset):
         self.manifest = dataclasses.replace(
             self.manifest, complete=True, dropped=dropped, num_samples=len(self.items),
             num_tokens=sum(len(it[1]) for it in self.items), num_loss_tokens=sum(sum(it[2]) for it in self.items),
-            extra={"online": True})
+            answer_tokens=answer_tokens(rows), extra={"online": True})
 
     def __len__(self) -> int:
         return len(self.items)
@@ -136,6 +138,7 @@ def setup_online(cfg, device: torch.device) -> TrainInputs:
     """
     rows = read_responses(cfg.data)
     target = load_target(_source(cfg), device="cpu")
+    check_answer_vocab(cfg.data / RESPONSES, rows, target.vocab_size)
     gen_cfg = cfg.data / "generate.config.json"
     gen = json.loads(gen_cfg.read_text()).get("result", {}).get("settings", {}) if gen_cfg.is_file() else {}
     ds = OnlineDataset(cfg.data, rows, target, cfg.points, cfg.store_dtype, cfg.max_len, gen,
