@@ -144,3 +144,27 @@ def test_where_the_time_goes_splits_each_round_against_a_plain_step(make_run):
     assert chain == (f"| eaglewire_chain | {plain_ms:.1f} | {DRAFT_S * 1000:.1f} | {VERIFY_S * 1000:.1f} | "
                      f"{ratio:.2f} | {tau:.2f} | {tau / ratio:.2f}x |")
     assert "eaglewire_plain |" not in sec and "hf_generate |" not in sec
+
+
+def test_llamacpp_section_has_the_measured_rows(make_run):
+    from eaglewire_testing.demo_data import synthetic_log
+
+    log = synthetic_log()
+    log["llamacpp"] = {"depth": 2, "drafter_type": "q8_0", "target_gguf": "/c/t-f32.gguf", "prompts": 9,
+                       "max_new_tokens": 64, "rounds": 300, "mean_acceptance_length": 1.4, "outputs_equal_plain": 8,
+                       "export": "RUN/export/llama.cpp", "ids": [2, 15, 27],
+                       "tokens_per_s": {"llama.cpp plain": 20.0, "llama.cpp + drafter": 26.0, "eaglewire plain": 10.0}}
+    md = (make_run(log) / "report.md").read_text()
+    sec = md.split("## llama.cpp, the CPU engine people run")[1].split("\n## ")[0]
+    assert "| llama.cpp + drafter (depth 2, q8_0 GGUF) | 26.0 | 1.30x | 1.40 over 300 rounds | 8 of 9 |" in sec
+    assert "| eaglewire plain | 10.0 | 0.50x | - | - |" in sec
+    assert "eagle3.target_layers [2, 15, 27]" in sec
+
+
+def test_llamacpp_section_says_why_it_was_not_measured(make_run):
+    from eaglewire_testing.demo_data import synthetic_log
+
+    log = synthetic_log()
+    log["llamacpp"] = {"skipped": "no llama-server built here"}
+    md = (make_run(log) / "report.md").read_text()
+    assert "Not measured: no llama-server built here." in md.split("## llama.cpp, the CPU engine people run")[1]

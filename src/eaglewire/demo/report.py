@@ -147,6 +147,33 @@ def _run_rows(preset: str, p: dict, log: dict) -> list[list[str]]:
             ["dataset", _dataset(log.get("data", {}))]]
 
 
+def _llama_rows(lc: dict) -> list[list[str]]:
+    tps = lc.get("tokens_per_s") or {}
+    if not tps:
+        return []
+    base = tps.get("llama.cpp plain")
+    mal = lc.get("mean_acceptance_length")
+    rows = []
+    for name, v in tps.items():
+        spec = name == "llama.cpp + drafter"
+        label = f"{name} (depth {lc['depth']}, {lc['drafter_type']} GGUF)" if spec else name
+        rows.append([label, f"{v:.1f}", f"{v / base:.2f}x" if base else "-",
+                     f"{mal:.2f} over {lc['rounds']} rounds" if spec and mal else "-",
+                     f"{lc['outputs_equal_plain']} of {lc['prompts']}" if spec else "-"])
+    return rows
+
+
+def _llama_lines(lc: dict) -> list[str]:
+    if lc.get("skipped"):
+        return [f"Not measured: {lc['skipped']}."]
+    if not lc.get("tokens_per_s"):
+        return []
+    return [f"The target served from {lc['target_gguf']} (F32, so llama.cpp and eaglewire decode the same weights), the "
+            f"drafter from {lc['export']} (eagle3.target_layers {lc['ids']}). Serve it yourself: "
+            "`eaglewire serve RUN/train --engine llama.cpp --depth 2` (docs/results.md has the depths and types "
+            "compared)."]
+
+
 def _minutes(s: float) -> str:
     return f"{s:.0f} s ({s / 60:.1f} min)"
 
@@ -170,6 +197,10 @@ def _sections(run: Path, preset: str, p: dict, log: dict) -> list[tuple[str, lis
         ("Where the time goes (per verify round, from the bench's own timers)",
          ["method", "plain decode step (ms)", "draft (ms)", "verify (ms)", "round in plain steps", "tau",
           "tau / round cost"], _time_rows(bench), TIME_LINES),
+        ("llama.cpp, the CPU engine people run (same prompts, methods interleaved per prompt)",
+         ["method", "tok/s", "vs llama.cpp plain", "mean acceptance length (llama.cpp's counters)",
+          "outputs equal to llama.cpp plain"], _llama_rows(log.get("llamacpp") or {}),
+         _llama_lines(log.get("llamacpp") or {})),
         (ACCEPTANCE, ["measurement", "value", "what it counts", "evaluated on"],
          tau_rows(log, run), [tau_relation(log)] + pred_line),
         ("Per category (held-out prompts; n = prompts per figure)", ["category", "prompts", "chain tau",

@@ -19,11 +19,13 @@ from eaglewire.decoding.run import bench_from_config
 from eaglewire.demo.commands import demo_steps, print_commands
 from eaglewire.demo.config import PRESETS, DemoConfig
 from eaglewire.demo.findings import demote
+from eaglewire.demo.llamacpp import NOT_BUILT, llamacpp_stage
 from eaglewire.demo.report import write_report
 from eaglewire.doctor.dataset import doctor_dataset
 from eaglewire.doctor.drafter import doctor_drafter
 from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.doctor.records import trained_model_config
+from eaglewire.engines import llama_env
 from eaglewire.export.checkpoint import load_checkpoint
 from eaglewire.export.exporter import run_export
 from eaglewire.infra.atomic import write_json_atomic
@@ -118,6 +120,10 @@ def run_demo(cfg: DemoConfig) -> dict:
     _stage(run, "doctor", lambda: _doctor(cfg, steps), log)
     _stage(run, "heldout", lambda: _heldout(cfg, steps), log)
     _stage(run, "bench", lambda: _bench(steps), log)
+    if llama_env.is_built():  # no marker while it cannot run: building llama-server later, a rerun adds the stage
+        _stage(run, "llamacpp", lambda: llamacpp_stage(run, cfg.target, p["bench_prompts"], p["bench_tokens"]), log)
+    else:
+        log["llamacpp"] = {"skipped": NOT_BUILT}
     paths = write_report(run, cfg.preset, p, log)
     return {"run_dir": str(run), **paths, "summary": summary(log)}
 

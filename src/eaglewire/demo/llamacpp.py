@@ -1,0 +1,89 @@
+"""The demo's llama.cpp stage: the trained drafter on the CPU engine people run, beside eaglewire's own plain decoding.
+
+Runs only where a llama-server is built (`python -m eaglewire.engines.llama_env`,
+~10-25 min once; the demo does not start that build itself). The drafter is
+exported with `export --format gguf` (Q8_0) and served on the target as an F32
+GGUF, at depth 2, the depth that paid best with llama.cpp on this CPU
+(docs/results.md). llama.cpp plain, llama.cpp with the drafter and eaglewire
+plain each take every bench prompt in turn, so the ratios come from one run.
+Acceptance is llama.cpp's own `--metrics` count, as vLLM counts it.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from eaglewire.data.heldout import heldout_prompts_path
+from eaglewire.decoding.compat import load_drafter_for
+from eaglewire.decoding.engine import SpecConfig, SpecEngine
+from eaglewire.decoding.run import encode_prompt_file
+from eaglewire.engines import llama_env
+from eaglewire.engines.llama_server import LlamaServer, LlamaSpec, complete
+from eaglewire.engines.vllm_server import counter_delta, free_port, spec_counters
+from eaglewire.export.config import ExportConfig
+from eaglewire.export.exporter import run_export
+from eaglewire.export.gguf import target_gguf
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.load import load_target
+
+DEPTH, DRAFTER_TYPE = 2, "q8_0"
+
+
+NOT_BUILT = ("no llama-server built here: `python -m eaglewire.engines.llama_env` builds it once (~10-25 min), "
+             "then rerun `eaglewire demo` (finished stages are kept)")
+
+
+def llamacpp_stage(run: Path, target: str, n_prompts: int, max_new_tokens: int, threads: int = 2) -> dict:
+    """{"skipped": why} where it cannot run, else speeds, ratios and served acceptance."""
+    if not llama_env.is_built():
+        return {"skipped": NOT_BUILT}
+    try:
+        exp = run_export(ExportConfig(ckpt=run / "train" / "drafter", format="gguf", out=run / "export" / "llama.cpp",
+                                      gguf_type=DRAFTER_TYPE, verifier=target, force=True))
+        tg = target_gguf(target, "f32")
+    except EaglewireError as e:  # e.g. a tokenizer llama.cpp's converter does not know: the rest of the demo stands
+        return {"skipped": f"llama.cpp cannot take this target or drafter: {e}"}
+    t = load_target(target)
+    drafter, points, _ = load_drafter_for(t, run / "train" / "drafter")
+    plain = SpecEngine(t)
+    prompts = encode_prompt_file(SpecEngine(t, drafter, points), heldout_prompts_path(), n_prompts)[0]
+    binary = llama_env.server_binary()
+    specs = {"llama.cpp plain": LlamaSpec(tg, None, port=free_port(), threads=threads),
+             "llama.cpp + drafter": LlamaSpec(tg, Path(exp["out"]) / "drafter.gguf", depth=DEPTH, port=free_port(),
+                                              threads=threads)}
+    with ExitStack() as stack:
+        urls = {n: stack.enter_context(LlamaServer(binary, s, run / "export" / f"{n.replace(' ', '_')}.log")
+                                       .start(timeout=300)).spec.url for n, s in specs.items()}
+        before = spec_counters(urls["llama.cpp + drafter"])
+        secs, toks, outs = _interleaved(urls, plain, prompts, max_new_tokens)
+        delta = counter_delta(spec_counters(urls["llama.cpp + drafter"]), before)
+    tps = {n: toks[n] / secs[n] for n in secs}
+    drafts = delta["drafts"]
+    return {"depth": DEPTH, "drafter_type": DRAFTER_TYPE, "target_gguf": str(tg), "prompts": len(prompts),
+            "max_new_tokens": max_new_tokens, "tokens_per_s": tps,
+            "speedup_vs_llama_plain": tps["llama.cpp + drafter"] / tps["llama.cpp plain"],
+            "eaglewire_plain_vs_llama_plain": tps["eaglewire plain"] / tps["llama.cpp plain"],
+            "mean_acceptance_length": 1 + sum(delta["accepted_per_pos"]) / drafts if drafts else None,
+            "rounds": drafts, "outputs_equal_plain": sum(a == b for a, b in zip(outs["llama.cpp + drafter"],
+                                                                                  outs["llama.cpp plain"])),
+            "export": exp["out"], "ids": exp["ids"]}
+
+
+def _interleaved(urls: dict, plain: SpecEngine, prompts: list[list[int]], max_new: int):
+    """Every method on every prompt in turn (order rotating), so drift of a shared machine hits all alike."""
+    calls = {n: (lambda ids, u=u: complete(u, ids, max_new)[0]) for n, u in urls.items()}
+    calls["eaglewire plain"] = lambda ids: plain.generate(ids, SpecConfig(mode="plain", max_new_tokens=max_new)).token_ids
+    names = list(calls)
+    for n in names:  # warm-up, untimed
+        calls[n](prompts[0][:8])
+    secs, toks, outs = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0), {n: [] for n in names}
+    for i, ids in enumerate(prompts):
+        for n in names[i % len(names):] + names[: i % len(names)]:
+            t0 = time.perf_counter()
+            out = calls[n](ids)
+            secs[n] += time.perf_counter() - t0
+            toks[n] += len(out)
+            outs[n].append(out)
+    return secs, toks, outs
