@@ -20,8 +20,20 @@ Issue 36's cases ("Hardening, third pass": paths read from input that lead
 out of their directory, foreign files in --out, custom model code, ...) are
 named `i36-*` (`--only i36-`).
 
+Issue 36's generator (`_probe_mutations.py`) mutates every file eaglewire reads
+back from an artifact (a dataset's manifest.json, vocab.json, responses.jsonl,
+prompts.jsonl, generate.config.json; saved configs for --config and --resume; a
+run's state/meta.json; a checkpoint's config.json and eaglewire.json; an
+export's config.json and eaglewire.export.json; a target's config.json and
+tokenizer_config.json; the serve record; a GGUF drafter): keys removed, wrong
+types, null, 10 000-deep nesting, huge numbers, truncation, non-UTF-8, empty
+files, paths leading outside. Those cases are named `mut-<file>-<mutation>`
+(`--only mut-`, or `--only mut-manifest` for one file; `mut-<file>-intact` is
+the output the others are compared with): 343 cases, about 37 minutes.
+
 Prints a table and the counts per class; exits 1 when any case is traceback,
-silently-wrong, hang or lost-data. About 5 minutes (72 cases) on a 2-core CPU.
+silently-wrong, hang or lost-data. About 5 minutes (72 cases) on a 2-core CPU
+without the `mut-` cases.
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _probe_cases import Case, Wrong, item1, item2, items34  # noqa: E402
 from _probe_cases_36 import issue36  # noqa: E402
 from _probe_cases_files import item5, item6, item7  # noqa: E402
+from _probe_mutations import mutation_cases  # noqa: E402
 from _probe_world import Res, World, cli, lost, snapshot  # noqa: E402
 
 CLASSES = ["right", "error-line", "traceback", "silently-wrong", "hang", "lost-data"]
@@ -48,7 +61,7 @@ BAD = {"traceback", "silently-wrong", "hang", "lost-data"}
 
 
 def all_cases() -> list[Case]:
-    return [*item1(), *item2(), *items34(), *item5(), *item6(), *item7(), *issue36()]
+    return [*item1(), *item2(), *items34(), *item5(), *item6(), *item7(), *issue36(), *mutation_cases()]
 
 
 def _lines(text: str) -> list[str]:

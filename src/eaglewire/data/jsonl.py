@@ -25,10 +25,10 @@ def read_jsonl(path: Path, tolerate_partial_tail: bool = True, check=None) -> li
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:  # RecursionError: nesting too deep
             if tolerate_partial_tail and n == len(lines):  # unterminated last line: writer was killed
                 break
-            raise EaglewireError(f"{path}:{n}: invalid JSON ({e.msg})") from e
+            raise EaglewireError(f"{path}:{n}: invalid JSON ({getattr(e, 'msg', e)})") from e
         why = "expected a JSON object" if not isinstance(row, dict) else (check(row) if check else None)
         if why:
             raise EaglewireError(f"{path}:{n}: {why}")

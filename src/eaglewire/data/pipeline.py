@@ -260,7 +260,7 @@ def run_extract(cfg, target=None) -> dict:
     check_answer_vocab(cfg.data / RESPONSES, rows, vocab_size)
     names = [p.name for p in point_option(cfg.points, num_layers)]
     gen_cfg = cfg.data / "generate.config.json"
-    gen = json.loads(gen_cfg.read_text()).get("result", {}).get("settings", {}) if gen_cfg.exists() else {}
+    gen = _generate_settings(gen_cfg)
     s = ExtractSettings(points=names, dtype=cfg.store_dtype, batch_tokens=cfg.batch_tokens,
                         max_seq_len=cfg.max_seq_len, shard_samples=cfg.shard_samples)
     t0 = time.perf_counter()
@@ -387,3 +387,18 @@ def info(d: Path, verify: bool = True) -> dict:
         "vocab": man.vocab, "num_shards": len(man.shards), "dropped": man.dropped,
         "manifest_sha": manifest_hash(d), "checksums_verified": verify,
     }
+
+
+def _generate_settings(path: Path) -> dict:
+    """The settings `data generate` recorded (how the answers were made), or {} when there is no record."""
+    if not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+    except (ValueError, RecursionError) as e:  # bad JSON, bytes that are not UTF-8, nesting too deep
+        raise EaglewireError(f"{path}: not valid JSON ({str(e)[:80]}); regenerate the answers or delete this record") from e
+    res = raw.get("result", {}) if isinstance(raw, dict) else None
+    settings = res.get("settings", {}) if isinstance(res, dict) else None
+    if not isinstance(settings, dict):
+        raise EaglewireError(f"{path}: expected an object with result.settings (the record `data generate` writes)")
+    return settings

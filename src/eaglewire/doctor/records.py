@@ -44,9 +44,20 @@ def trained_wiring(src: Path) -> tuple[list[str] | None, int | None, str | None,
         p = read_provenance(src)
         return p.point_names, p.num_layers, p.fingerprint.model_type, p.chat_template_sha
     if (src / RECORD).is_file():
-        exp = json.loads((src / RECORD).read_text())
-        fp = TargetFingerprint.from_json(exp.get("target_fingerprint"), f"{src / RECORD}: target_fingerprint")
-        return exp.get("points"), exp.get("target_num_layers"), fp.model_type, exp.get("chat_template_sha")
+        where = src / RECORD
+        try:
+            exp = json.loads(where.read_text())
+        except (ValueError, RecursionError) as e:  # bad JSON, bytes that are not UTF-8, nesting too deep
+            raise EaglewireError(f"{where}: not valid JSON ({str(e)[:80]}); re-export the drafter") from e
+        if not isinstance(exp, dict):
+            raise EaglewireError(f"{where}: expected a JSON object (the record `eaglewire export` writes)")
+        fp = TargetFingerprint.from_json(exp.get("target_fingerprint"), f"{where}: target_fingerprint")
+        points, layers = exp.get("points"), exp.get("target_num_layers")
+        if points is not None and (not isinstance(points, list) or not all(isinstance(n, str) for n in points)):
+            raise EaglewireError(f"{where}: points = {str(points)[:60]}: expected a list of capture point names")
+        if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or not 0 < layers <= 10_000):
+            raise EaglewireError(f"{where}: target_num_layers = {str(layers)[:40]}: expected a layer count (1..10000)")
+        return points, layers, fp.model_type, exp.get("chat_template_sha")
     return None, None, None, None
 
 

@@ -76,7 +76,10 @@ def load_checkpoint(d: Path, device: torch.device | str = "cpu", dtype: torch.dt
                              f"{close_path_hint(d)}")
     if not cfg_path.is_file():
         raise EaglewireError(f"{d}: no config.json (not a drafter checkpoint)")
-    raw = json.loads(cfg_path.read_text())
+    try:
+        raw = json.loads(cfg_path.read_text())
+    except (ValueError, RecursionError) as e:  # bad JSON, bytes that are not UTF-8, nesting too deep
+        raise EaglewireError(f"{cfg_path}: not valid JSON ({str(e)[:80]}); re-export or retrain the drafter") from e
     if not isinstance(raw, dict) or DRAFTER_KEY not in raw:
         raise EaglewireError(f"{cfg_path}: not written by eaglewire (convert it with `eaglewire import`)")
     try:

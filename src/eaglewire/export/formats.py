@@ -252,7 +252,7 @@ def read_config_json(d: Path) -> tuple[Path, dict]:
         raise EaglewireError(f"{d}: no config.json (expected a draft model directory)")
     try:
         cfg = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: nesting too deep
         raise EaglewireError(f"{p}: not valid JSON ({e}); expected the draft model's config.json") from e
     if not isinstance(cfg, dict):
         raise EaglewireError(f"{p}: expected a JSON object, got {type(cfg).__name__}")

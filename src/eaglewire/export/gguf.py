@@ -69,7 +69,7 @@ def target_dir_for(source: str, num_layers: int, where: str) -> Path:
     d = resolve_target_dir(source)
     try:
         tc = json.loads((d / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise EaglewireError(f"{d / 'config.json'}: unreadable ({e})") from e
     tc = {**tc, **tc.get("text_config", {})} if isinstance(tc.get("text_config"), dict) else tc
     if tc.get("num_hidden_layers") != num_layers:

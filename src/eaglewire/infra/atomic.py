@@ -126,7 +126,7 @@ def read_json(path: Path, missing: str) -> Any:
         raise EaglewireError(f"{path.parent}: {missing}")
     try:
         return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: nesting too deep
         where = f" at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
         raise EaglewireError(f"{path}: invalid JSON ({getattr(e, 'msg', e)}{where})") from e
 

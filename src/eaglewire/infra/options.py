@@ -181,7 +181,7 @@ def save_config(cfg, path: Path, extra: dict | None = None) -> None:
 def load_config_file(cls, path: Path) -> dict:
     try:
         raw = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or bytes; RecursionError: too deep
         raise EaglewireError(f"--config {path}: cannot read JSON ({e})") from e
     if isinstance(raw, dict) and "config" in raw and "command" in raw:
         raw = raw["config"]  # a resolved config saved by eaglewire itself

@@ -261,7 +261,7 @@ def refuse_model_code(path: Path) -> Path:
         f = Path(path) / name
         try:
             raw = json.loads(f.read_text()) if f.is_file() else None
-        except (ValueError, OSError):
+        except (ValueError, OSError, RecursionError):
             continue  # an unreadable file is named by whoever reads it next
         if isinstance(raw, dict) and raw.get("auto_map"):
             raise EaglewireError(f"{path}: has custom code (auto_map in {name}); eaglewire never runs model code "
