@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
+from eaglewire.engines.vllm_env import run_logged
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.locks import waiting_lock
 from eaglewire.targets.load import cache_dir
@@ -76,8 +76,8 @@ def ensure_source(timeout: int = 600) -> Path:
     home().mkdir(parents=True, exist_ok=True)
     log = home() / "install.log"
     dl = home() / "sdist"
-    _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", str(dl),
-          f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], log, timeout)
+    run_logged([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", str(dl),
+                f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], log, timeout, "llama.cpp")
     archives = sorted(dl.glob(f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"))
     if not archives:
         raise EaglewireError(f"llama.cpp: pip downloaded no llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz into {dl}")
@@ -111,26 +111,12 @@ def ensure_built(timeout: int = 3600) -> Path:
         jobs = str(os.cpu_count() or 2)
         print(f"[llama.cpp] building llama-server once from llama-cpp-python {LLAMA_CPP_PYTHON}'s llama.cpp "
               f"(~10-25 min on 2 cores): {build} (log {log})", file=sys.stderr, flush=True)
-        _run(["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS], log, timeout)
-        _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], log, timeout)
+        run_logged(["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS], log, timeout, "llama.cpp")
+        run_logged(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], log, timeout, "llama.cpp")
         if not server_binary().is_file():
             raise EaglewireError(f"llama.cpp: the build finished without {server_binary()} (log {log})")
         (home() / _READY).write_text(LLAMA_CPP_PYTHON + "\n")
     return server_binary()
-
-
-def _run(cmd: list[str], log: Path, timeout: int) -> None:
-    with open(log, "a") as f:
-        f.write("$ " + " ".join(cmd) + "\n")
-        f.flush()
-        try:
-            r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
-                               env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
-        except subprocess.TimeoutExpired as e:
-            raise EaglewireError(f"llama.cpp: `{' '.join(cmd[:4])}` took over {timeout} s (log {log})") from e
-    if r.returncode != 0:
-        tail = " | ".join(log.read_text(errors="replace").splitlines()[-6:])
-        raise EaglewireError(f"llama.cpp: `{' '.join(cmd[:4])}` exited {r.returncode}; log {log}: {tail}")
 
 
 if __name__ == "__main__":  # `.ci/run` builds it before the tests: python -m eaglewire.engines.llama_env

@@ -1,12 +1,9 @@
 """Start llama.cpp's `llama-server` for a GGUF target and an exported GGUF drafter, and read what it reports.
 
 llama.cpp counts speculation per response (`timings.draft_n`, drafted tokens,
-and `timings.draft_n_accepted`), not per draft position as vLLM does, and it
-names no rounds. With a fixed depth and no probability gate every round
-drafts `depth` tokens, except where the answer's length limit cuts the last
-ones, so rounds are counted from tokens instead: every generated token is the
-prefill's first one, an accepted draft, or a round's bonus token.
-(`doctor live` reads the exact per-position counters of `--metrics` instead.)
+and `timings.draft_n_accepted`), not per draft position as vLLM does, but its
+`--metrics` page keeps vLLM's per-position counters (under `llamacpp:`), which
+`doctor live` reads.
 """
 
 from __future__ import annotations
@@ -61,14 +58,6 @@ class LlamaServer(VllmServer):
         self.proc = None
 
 
-def _int_field(d: dict, key: str, where: str) -> int:
-    v = d.get(key)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise EaglewireError(f"{where}: `{key}` is {v!r}, expected a count (llama-server with a draft model "
-                             "reports timings.draft_n and timings.draft_n_accepted)")
-    return v
-
-
 def complete(url: str, prompt_ids: list[int], max_tokens: int, timeout: float = 600) -> tuple[list[int], dict]:
     """Greedy completion of exact prompt token ids: (generated ids, llama.cpp's timings of this response)."""
     body = {"prompt": prompt_ids, "n_predict": max_tokens, "temperature": 0.0, "top_k": 1, "seed": 0,
@@ -82,25 +71,4 @@ def complete(url: str, prompt_ids: list[int], max_tokens: int, timeout: float = 
     if not isinstance(timings, dict):
         raise EaglewireError(f"{where}: no `timings` object in the answer")
     return toks, timings
-
-
-def served_acceptance(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
-    """Totals over `prompts`: tokens generated, drafted and accepted, and the mean acceptance length.
-
-    Rounds = generated - accepted - prompts (each prompt's first token comes from the prefill);
-    the mean acceptance length counts the bonus token: 1 + accepted / rounds, as vLLM's is.
-    """
-    gen = drafted = accepted = 0
-    outputs = []
-    for p in prompts:
-        toks, t = complete(url, p, max_tokens)
-        where = f"{url}/completion timings"
-        d, a = _int_field(t, "draft_n", where), _int_field(t, "draft_n_accepted", where)
-        if a > d:
-            raise EaglewireError(f"{where}: draft_n_accepted {a} exceeds draft_n {d}")
-        gen, drafted, accepted = gen + len(toks), drafted + d, accepted + a
-        outputs.append(toks)
-    rounds = gen - accepted - sum(1 for o in outputs if o)
-    return {"generated": gen, "drafted": drafted, "accepted": accepted, "rounds": rounds,
-            "mean_acceptance_length": 1.0 + accepted / rounds if rounds else None, "outputs": outputs}
 

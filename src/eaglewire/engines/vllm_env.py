@@ -100,16 +100,17 @@ def ensure_managed(timeout: int = 1800) -> Path:
         print(f"[serve] building the vLLM venv once ({PACKAGE}, ~2 min): {d} (log {log})", file=sys.stderr, flush=True)
         if d.exists():
             shutil.rmtree(d)
-        _run([sys.executable, "-m", "venv", str(d)], log, timeout)
-        _run([str(py), "-m", "pip", "install", "-q", PACKAGE], log, timeout)
-        _run([str(py), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], log, timeout)
+        run_logged([sys.executable, "-m", "venv", str(d)], log, timeout)
+        run_logged([str(py), "-m", "pip", "install", "-q", PACKAGE], log, timeout)
+        run_logged([str(py), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], log, timeout)
         if vllm_version(py) != VLLM_VERSION:
             raise EaglewireError(f"vLLM venv {d}: installed, but `import vllm` does not report {VLLM_VERSION} (log {log})")
         (d / _READY).write_text(VLLM_VERSION + "\n")
     return py
 
 
-def _run(cmd: list[str], log: Path, timeout: int) -> None:
+def run_logged(cmd: list[str], log: Path, timeout: int, what: str = "vLLM venv") -> None:
+    """One step of an engine install, its output appended to `log`; a failure is one line with the log's tail."""
     with open(log, "a") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
@@ -117,10 +118,10 @@ def _run(cmd: list[str], log: Path, timeout: int) -> None:
             r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
                                env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
         except subprocess.TimeoutExpired as e:
-            raise EaglewireError(f"vLLM venv: `{' '.join(cmd[:5])}` took over {timeout} s (log {log})") from e
+            raise EaglewireError(f"{what}: `{' '.join(cmd[:5])}` took over {timeout} s (log {log})") from e
     if r.returncode != 0:
         tail = " | ".join(log.read_text(errors="replace").splitlines()[-6:])
-        raise EaglewireError(f"vLLM venv: install failed: `{' '.join(cmd[:5])}` exited {r.returncode}; log {log}: {tail}")
+        raise EaglewireError(f"{what}: install failed: `{' '.join(cmd[:5])}` exited {r.returncode}; log {log}: {tail}")
 
 
 if __name__ == "__main__":  # `.ci/run` builds the venv before the tests: python -m eaglewire.engines.vllm_env

@@ -1,6 +1,6 @@
 """`eaglewire serve --engine llama.cpp`: the drafter as GGUF next to a GGUF target, in llama-server, verified.
 
-The same contract as the vLLM path: the export writes the ids llama.cpp reads
+The same contract as the vLLM path (serving.py checks and holds both): the export writes the ids llama.cpp reads
 for the recorded points, the exact server command is printed first, and
 "ready" is said only after `doctor live` found llama.cpp's per-position
 acceptance (its `--metrics` counters) equal to eaglewire's prediction.
@@ -20,7 +20,6 @@ from eaglewire.export.exporter import run_export
 from eaglewire.export.gguf import GGUF_TYPES, target_gguf
 from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.infra.output import emit
 from eaglewire.serve.config import ServeConfig
 
 
@@ -56,8 +55,8 @@ def print_llamacpp(cfg: ServeConfig, ckpt: Path, source: str, export_dir: Path) 
             "target": source, "depth": cfg.depth}
 
 
-def serve_llamacpp(cfg: ServeConfig, ckpt: Path, source: str, out: Path, check) -> dict:
-    """Export, start, check, serve until Ctrl-C; `check(url, export_dir)` is the doctor live run."""
+def start_llamacpp(cfg: ServeConfig, ckpt: Path, source: str, out: Path) -> tuple[LlamaServer, dict, Path]:
+    """Export, record and start: (the started server, the serve record, the export directory)."""
     binary = find_server(cfg.llama_server)
     target = target_file(cfg, source)
     exp = run_export(ExportConfig(ckpt=ckpt, format="gguf", out=out / "llama.cpp", gguf_type=cfg.gguf_type,
@@ -69,26 +68,10 @@ def serve_llamacpp(cfg: ServeConfig, ckpt: Path, source: str, out: Path, check) 
            "engine": exp["engine"], "target": source, "target_gguf": str(target), "log": str(log)}
     write_json_atomic(out / SERVE_RECORD, res)
     print(f"[serve] {res['command']}", file=sys.stderr, flush=True)
-    server = LlamaServer(binary, spec, log).start(timeout=cfg.startup_timeout)
-    try:
-        rep = check(spec.url, Path(exp["out"]))
-        res["check"] = rep.to_dict() if rep else None
-        if rep is not None and rep.failed:
-            rep.print(cfg.json)
-            raise EaglewireError(f"{spec.url}: the served acceptance differs from eaglewire's (table above); server stopped")
-        emit(res, cfg.json, lambda r: _human(r, rep))
-        if cfg.check_only:
-            return res
-        print(f"ready: {spec.url} (llama-server: OpenAI-compatible /v1 and /completion; Ctrl-C stops)", flush=True)
-        server.proc.wait()
-        raise EaglewireError(f"llama-server exited ({server.proc.returncode}); log {log}: {server.log_tail()}")
-    except KeyboardInterrupt:
-        return res
-    finally:
-        server.stop()
+    return LlamaServer(binary, spec, log).start(timeout=cfg.startup_timeout), res, Path(exp["out"])
 
 
-def _human(res: dict, rep) -> None:
+def human(res: dict, rep) -> None:
     print(f"serving {res['target_gguf']} with drafter {res['export']} (eagle3.target_layers {res['ids']}, llama.cpp)")
     if rep is not None:
         s, p = rep.data["served"], rep.data["predicted"]

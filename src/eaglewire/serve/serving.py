@@ -96,8 +96,9 @@ def run_serve(cfg: ServeConfig) -> dict:
             res = llamacpp.print_llamacpp(cfg, ckpt, source, out / "llama.cpp")
             emit(res, cfg.json, lambda r: print(f"{r['export_command']}\n{r['command']}"))
             return res
-        return llamacpp.serve_llamacpp(cfg, ckpt, source, out,
-                                       lambda url, export_dir: _check(cfg, ckpt, source, url, export_dir))
+        server, res, export_dir = llamacpp.start_llamacpp(cfg, ckpt, source, out)
+        return _check_and_hold(cfg, ckpt, source, server, res, export_dir, llamacpp.human,
+                               "llama-server: OpenAI-compatible /v1 and /completion")
     if cfg.print_command:
         res = print_commands(cfg, ckpt, source)
         emit(res, cfg.json, lambda r: print(f"{r['export_command']}\n{r['command']}"))
@@ -115,18 +116,25 @@ def run_serve(cfg: ServeConfig) -> dict:
     write_json_atomic(out / SERVE_RECORD, res)
     print(f"[serve] {res['command']}", file=sys.stderr, flush=True)
     server = VllmServer(py, spec, out / "vllm.log").start(timeout=cfg.startup_timeout)
+    return _check_and_hold(cfg, ckpt, source, server, res, Path(exp["out"]), _human, "OpenAI-compatible")
+
+
+def _check_and_hold(cfg: ServeConfig, ckpt: Path, source: str, server, res: dict, export_dir: Path, human,
+                    what: str) -> dict:
+    """`doctor live` against the started server; "ready" only when it passed, then serve until Ctrl-C."""
+    url = server.spec.url
     try:
-        rep = _check(cfg, ckpt, source, spec.url, Path(exp["out"]))
+        rep = _check(cfg, ckpt, source, url, export_dir)
         res["check"] = rep.to_dict() if rep else None
         if rep is not None and rep.failed:
             rep.print(cfg.json)
-            raise EaglewireError(f"{spec.url}: the served acceptance differs from eaglewire's (table above); server stopped")
-        emit(res, cfg.json, lambda r: _human(r, rep))
+            raise EaglewireError(f"{url}: the served acceptance differs from eaglewire's (table above); server stopped")
+        emit(res, cfg.json, lambda r: human(r, rep))
         if cfg.check_only:
             return res
-        print(f"ready: {spec.url} (OpenAI-compatible; Ctrl-C stops)", flush=True)
+        print(f"ready: {url} ({what}; Ctrl-C stops)", flush=True)
         server.proc.wait()
-        raise EaglewireError(f"vLLM server exited ({server.proc.returncode}); log {server.log}: {server.log_tail()}")
+        raise EaglewireError(f"{server.name} exited ({server.proc.returncode}); log {server.log}: {server.log_tail()}")
     except KeyboardInterrupt:
         return res
     finally:
