@@ -464,12 +464,12 @@ def _intact(art: Art):
     return check
 
 
-def _same_or_says(art: Art, key: str = ""):
+def _same_or_says(art: Art, key: str = "", also: tuple[str, ...] = ()):
     """Exit 0 (or a doctor's 1): right when the output is the intact file's, or a line the intact file does not
     print names the file or the mutated key (`key`'s last part, when it is an identifier such as draft_vocab_size
-    rather than a word such as `target`)."""
+    rather than a word such as `target`), or `also` (a path leading outside: the output names where it went)."""
     last = key.rsplit(".", 1)[-1]
-    names = (art.name, *([last] if "_" in last else []))
+    names = (art.name, *([last] if "_" in last else []), *also)
 
     def check(res: Res, w: World, d: Path) -> str:
         _ok_rc(art, res)
@@ -505,7 +505,9 @@ def mutation_cases() -> list[Case]:
         cases.append(Case(f"mut-{art.slug}-intact", ITEM, _prep(art, None), check=_intact(art), protect=art.protect,
                           timeout=art.timeout, mem_gib=MEM_GIB))
         for m in mutations(art):
-            cases.append(Case(f"mut-{art.slug}-{m.name}", ITEM, _prep(art, m.mutate), words=((art.name, *art.also),),
-                              check=_same_or_says(art, m.key), protect=(*art.protect, *m.protect), timeout=art.timeout,
+            # a path leading outside may be named by its own value instead of the file it was read from
+            said = (art.name, *art.also, *(("outside",) if m.name.startswith("path-") else ()))
+            cases.append(Case(f"mut-{art.slug}-{m.name}", ITEM, _prep(art, m.mutate), words=(said,),
+                              check=_same_or_says(art, m.key, said[len(art.also) + 1:]), protect=(*art.protect, *m.protect), timeout=art.timeout,
                               mem_gib=MEM_GIB))
     return cases

@@ -149,11 +149,11 @@ def report(rows: list[dict], seconds: float) -> dict[str, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this (several: comma-separated)")
     ap.add_argument("--json", type=Path, help="write the results here as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (printed)")
     a = ap.parse_args()
-    cases = [c for c in all_cases() if a.only in c.name]
+    cases = [c for c in all_cases() if any(part in c.name for part in a.only.split(","))]
     if not cases:
         ap.error(f"--only {a.only!r} matches no case")
     tmp = Path(tempfile.mkdtemp(prefix="probe-hardening-"))

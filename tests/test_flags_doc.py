@@ -231,3 +231,14 @@ def test_doctor_online_names_the_ids_engine_layers_from_and_keeps_engine_as_an_a
     saved = tmp_path / "c.json"
     saved.write_text('{"drafter": "d", "data": "x", "engine": "sglang"}')  # a config saved before the rename
     assert load_config_file(DoctorOnlineConfig, saved)["layers_from"] == "sglang"
+
+
+def test_a_value_out_of_range_in_a_config_file_names_the_file(tmp_path):
+    """`--lr -1` in a --config file said `--lr -1: expected ...`, as if typed: the file is named now."""
+    cfg = tmp_path / "train.json"
+    for lr in (-1, 1e30):
+        cfg.write_text(json.dumps({"data": str(tmp_path / "ds"), "out": str(tmp_path / "run"), "lr": lr}))
+        r = CliRunner().invoke(app, ["train", "--config", str(cfg)])
+        assert str(r.exception) == f"--config {cfg}: --lr {lr!r}: expected a number > 0 and <= 1"
+    r = CliRunner().invoke(app, ["train", "--config", str(cfg), "--lr", "2"])  # a flag wins, and is named as typed
+    assert str(r.exception) == "--lr 2.0: expected a number > 0 and <= 1"

@@ -69,3 +69,14 @@ def test_a_missing_directory_says_so(tmp_path):
         Manifest.load(tmp_path / "dta")
     with pytest.raises(EaglewireError, match="no manifest.json"):
         Manifest.load(tmp_path)
+
+
+@pytest.mark.parametrize("change, msg", [({"complete": "yes"}, "'complete' is 'yes': expected true or false"),
+                                         ({"num_samples": -1}, "'num_samples' is -1"),
+                                         ({"extract": [1]}, "'extract' is \\[1\\]: expected an object"),
+                                         ({"vocab": 3}, "'vocab' is 3: expected an object or null")])
+def test_mistyped_fields_are_named(tmp_path, change, msg):
+    raw = {**OLD, **change}
+    (tmp_path / MANIFEST).write_text(json.dumps(raw))
+    with pytest.raises(EaglewireError, match=msg):
+        Manifest.load(tmp_path)

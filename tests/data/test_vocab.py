@@ -96,3 +96,29 @@ def test_tampered_file_is_rejected(tmp_path, tamper, msg):
     with pytest.raises(EaglewireError, match=msg) as e:
         load_vocab(tmp_path)
     assert "vocab.safetensors" in str(e.value)
+
+
+def test_a_full_disk_while_writing_the_summary_keeps_the_old_pair(tmp_path, monkeypatch):
+    """The tensors used to be renamed into place before the summary was written: a full disk then left new
+    tensors beside the old vocab.json (a size mismatch on every later read)."""
+    import errno
+
+    from eaglewire.data import vocab as vocab_mod
+
+    counts = torch.arange(200)
+    save_vocab(tmp_path, build_draft_vocab(counts, 50))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(vocab_mod.json, "dump", full)
+    with pytest.raises(EaglewireError, match=r"disk full while writing vocab.json") as e:
+        save_vocab(tmp_path, build_draft_vocab(counts, 20))
+    assert "\n" not in str(e.value)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temporaries left either
+    monkeypatch.undo()
+    assert load_vocab(tmp_path).size == 50
+    (tmp_path / "vocab.json").write_text("[1]")
+    with pytest.raises(EaglewireError, match=rf"^{tmp_path / 'vocab.json'}: expected a JSON object"):
+        load_vocab(tmp_path)

@@ -86,7 +86,8 @@ def test_embedding_frozen_and_vocab_map():
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"num_layers": 2}, {"norm_before_residual": True, "fc_norm": True}],
+    [{}, {"num_layers": 2}, {"norm_before_residual": True, "fc_norm": True},
+     {"norm_before_fc": True, "norm_output": True, "num_layers": 2}],
 )
 def test_incremental_equals_batch(overrides):
     model = tiny_model(**overrides)
@@ -185,3 +186,23 @@ def test_from_target_config():
     Eagle3Drafter(cfg)  # heads*head_dim != hidden must still build
     with pytest.raises(ValueError, match="nope"):
         DrafterConfig.from_target_config(llama, draft_vocab_size=100, nope=1)
+
+
+def test_norm_before_fc_and_norm_output_against_a_naive_reading():
+    """norm_before_fc: one RMS over all slots together; norm_output: the final-normed hidden is what the next
+    step reads and what lm_head reads (normed once). Same weights with the flags off give the reference."""
+    plain = tiny_model()
+    model = tiny_model(norm_before_fc=True, norm_output=True)
+    model.load_state_dict({**plain.state_dict(), "input_norm.weight": torch.rand(72, dtype=torch.float64) + 0.5})
+    x = torch.randn(2, 5, 72, dtype=torch.float64)
+    w, eps = model.input_norm.weight, model.config.rms_norm_eps
+    naive = (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w) @ plain.fc.weight.T  # [B, T, H]
+    torch.testing.assert_close(model.project(x), naive)
+    ids, pos = torch.randint(0, 97, (2, 5)), torch.arange(5)[None]
+    h = model.project(x)
+    out_plain, _ = plain.step(ids, h, pos, None, causal_mask(5))
+    out, _ = model.step(ids, h, pos, None, causal_mask(5))
+    torch.testing.assert_close(out, plain.norm(out_plain))  # fed back normed
+    torch.testing.assert_close(model.logits(out), plain.logits(out_plain))  # and not normed twice
+    with pytest.raises(ValueError, match="choose one"):
+        tiny_config(fc_norm=True, norm_before_fc=True)

@@ -26,7 +26,8 @@ def _grads(model, out):
 
 @pytest.mark.parametrize("steps", [1, 3, 7])
 @pytest.mark.parametrize(
-    "overrides", [{}, {"num_layers": 2, "fc_norm": True, "norm_before_residual": True}]
+    "overrides", [{}, {"num_layers": 2, "fc_norm": True, "norm_before_residual": True},
+                  {"norm_before_fc": True, "norm_output": True}]
 )
 def test_efficient_matches_naive(steps, overrides):
     model = make_model(**overrides)
@@ -126,7 +127,8 @@ def _assert_same(fast, g_fast, ref, g_ref, rtol=1e-5):
 
 
 @pytest.mark.parametrize(
-    "overrides", [{}, {"num_layers": 2, "fc_norm": True, "norm_before_residual": True}]
+    "overrides", [{}, {"num_layers": 2, "fc_norm": True, "norm_before_residual": True},
+                  {"norm_before_fc": True, "norm_output": True}]
 )
 def test_blockmask_reference_matches_naive(overrides):
     """The block-mask implementation (generic ``step``) stays a valid reference."""

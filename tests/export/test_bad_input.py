@@ -225,3 +225,23 @@ def test_a_weight_map_inside_the_source_imports(exported, tmp_path):
     _sharded(d, "part-1.safetensors")
     (d.parent / "outside.safetensors").rename(d / "part-1.safetensors")
     assert _imp(d, tmp_path)["out"] == str(tmp_path / "imp")
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda c: c.pop("eagle_config"), r"reads as the eagle format, but .*eaglewire.export.json says eaglewire wrote it "
+                                      r"as sglang"),
+    (lambda c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[1, 2, 3]), r"= \[1, 2, 3\], but .* wrote"),
+    (lambda c: c.update(eagle_config="x"), r"eagle_config = x: expected an object"),
+])
+def test_an_edited_config_that_its_export_record_contradicts_is_refused(exported, tmp_path, edit, msg):
+    """Without its ids an SGLang export read as the official layout: another wiring, without a word."""
+    d, _ = exported
+    cfg = json.loads((d / "config.json").read_text())
+    edit(cfg)
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(EaglewireError, match=msg) as e:
+        _imp(d, tmp_path)
+    assert "\n" not in str(e.value) and not (tmp_path / "imp").exists()
+    (d / "eaglewire.export.json").unlink()  # another tool's export: the config alone decides
+    if "eagle_config" not in cfg:
+        assert _imp(d, tmp_path)["format"] == "eagle"

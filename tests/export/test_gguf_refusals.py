@@ -26,6 +26,8 @@ def test_a_default_drafter_gets_llamacpp_ids():
     ({"num_aux": 4}, [layer_out(1), layer_out(2), layer_out(3), layer_out(4)], "exactly 3"),
     ({"fc_norm": True}, None, "fc_norm"),
     ({"num_layers": 2}, None, "one decoder layer"),
+    ({"norm_before_fc": True}, None, "norm_before_fc"),
+    ({"norm_output": True}, None, "norm_output"),
 ])
 def test_what_llamacpp_cannot_serve_is_refused_with_the_reason(kw, points, says):
     why = refusals(_cfg(**kw), points or eagle3_default(8), 8)

@@ -55,3 +55,22 @@ def test_malformed_provenance_names_the_file(tmp_path, raw, msg):
     with pytest.raises(EaglewireError, match=msg) as e:
         Provenance.load(_write(tmp_path, raw))
     assert str(tmp_path / FILE) in str(e.value)
+
+
+V2_TRAINED = {**{k: v for k, v in V1_TRAINED.items() if k != "target_fingerprint"}, "version": 2}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"target": None}, "field target"),  # was read as an imported drafter's (no target, nothing to check)
+    ({"target": {"source": "tiny:llama"}}, "field target.fingerprint"),
+    ({"points": None}, "field points"),
+    ({"points": {"names": "layers.1.out"}}, "field points"),
+    ({"dataset": [1, 2]}, "field dataset"),
+    ({"imported": "yes"}, "field imported"),
+    ({"chat_template_sha": 12345}, "field chat_template_sha"),
+])
+def test_a_damaged_v2_record_is_refused_not_read_as_imported(tmp_path, change, field):
+    assert Provenance.load(_write(tmp_path, V2_TRAINED)).points == [Point.parse(n) for n in NAMES]
+    with pytest.raises(EaglewireError, match=rf"^{tmp_path / FILE}: {field}") as e:
+        Provenance.load(_write(tmp_path, {**V2_TRAINED, **change}))
+    assert "\n" not in str(e.value)

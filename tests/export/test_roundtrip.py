@@ -52,6 +52,22 @@ def test_roundtrip_multilayer_fc_norm_nbr(tmp_path, fmt):
     assert m2.config.norm_before_residual and m2.config.num_layers == 2
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_norm_before_fc_and_norm_output_round_trip_where_the_format_reads_them(tmp_path, fmt):
+    """speculators' recipe norms (vLLM reads both from the top level): exported and read back; SGLang and the
+    official layout read neither, so the export refuses, naming them."""
+    ck, m = make_ckpt(tmp_path / "ck", norm_before_fc=True, norm_output=True)
+    if fmt in ("sglang", "eagle"):
+        with pytest.raises(EaglewireError, match="norm_before_fc .*norm_output|norm_output"):
+            _roundtrip(tmp_path, fmt, ck)
+        return
+    _, m2, _ = _roundtrip(tmp_path, fmt, ck)
+    _same(m, m2)
+    cfg = json.loads((tmp_path / f"x-{fmt}" / "config.json").read_text())
+    assert cfg["norm_before_fc"] is True and cfg["norm_output"] is True
+    assert m2.config.norm_before_fc and m2.config.norm_output
+
+
 def test_custom_points_ids_written_per_engine_meaning(tmp_path):
     pts = parse_points(["layers.2.out", "layers.4.out", "layers.6.out"], L)
     ck, m = make_ckpt(tmp_path / "ck", points=pts)

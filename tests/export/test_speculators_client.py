@@ -53,12 +53,16 @@ def _ours(m, feats, ids):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["default", "custom_2layer_fcnorm"])
+@pytest.mark.parametrize("variant", ["default", "custom_2layer_fcnorm", "speculators_recipe"])
 def test_speculators_loads_export_and_matches_logits(tmp_path, variant):
+    """speculators' own Eagle3DraftModel is the reference, step 1 included (what is fed back differs with
+    norm_output: the post-norm hidden; norm_before_fc is its recipe's one norm over the fc input)."""
     from eaglewire_testing.speculators_venv import speculators_logits
 
     kw, pts = {}, None
-    if variant != "default":
+    if variant == "speculators_recipe":
+        kw = {"norm_before_residual": True, "norm_before_fc": True, "norm_output": True}
+    elif variant != "default":
         kw = {"num_layers": 2, "norm_before_residual": True, "fc_norm": True}
         pts = parse_points(["embed", "layers.3.out", "layers.7.out"], L)  # vLLM ids 0, 4, 8
     ck, m = make_ckpt(tmp_path / "ck", points=pts, **kw)

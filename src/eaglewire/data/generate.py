@@ -9,6 +9,7 @@ batch at a time, and a restart skips them.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from eaglewire.data.config import GenSettings
-from eaglewire.data.jsonl import ANSWER_IDS, JsonlAppender, read_jsonl, rewrite_jsonl
+from eaglewire.data.jsonl import ANSWER_IDS, JsonlAppender, index_problem, read_jsonl, rewrite_jsonl
 from eaglewire.data.prompts import prompt_turns
 from eaglewire.targets.fastlinear import packed_linears
 from eaglewire.targets.kvcache import growing_cache
@@ -102,8 +103,12 @@ def pending_answers(convs, out_path: Path, tokenizer, s: GenSettings, stats: Gen
                     share=(0, 1)) -> list:
     """Open `out_path` for appending (resumed: kept minus a partial tail line; else emptied) and
     return what is left to ask. Shared by in-process and server generation."""
-    rows = read_jsonl(out_path) if resume else []
+    rows = read_jsonl(out_path, check=index_problem) if resume else []
     if resume:
+        cut = out_path.is_file() and not out_path.read_bytes().endswith(b"\n") and out_path.stat().st_size > 0
+        if cut and len(rows) < sum(1 for ln in out_path.read_bytes().split(b"\n") if ln.strip()):
+            print(f"[generate] {out_path}: its last line was cut (a killed run); that prompt is answered again",
+                  file=sys.stderr, flush=True)
         rewrite_jsonl(out_path, rows)  # drop a partial tail line left by a killed run
     elif out_path.exists():
         out_path.unlink()

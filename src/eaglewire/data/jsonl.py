@@ -28,7 +28,8 @@ def read_jsonl(path: Path, tolerate_partial_tail: bool = True, check=None) -> li
         except (json.JSONDecodeError, RecursionError) as e:  # RecursionError: nesting too deep
             if tolerate_partial_tail and n == len(lines):  # unterminated last line: writer was killed
                 break
-            raise EaglewireError(f"{path}:{n}: invalid JSON ({getattr(e, 'msg', e)})") from e
+            cut = " (the last line is cut: its writer was killed or the file truncated)" if n == len(lines) else ""
+            raise EaglewireError(f"{path}:{n}: invalid JSON ({getattr(e, 'msg', e)}){cut}") from e
         why = "expected a JSON object" if not isinstance(row, dict) else (check(row) if check else None)
         if why:
             raise EaglewireError(f"{path}:{n}: {why}")
@@ -39,11 +40,24 @@ def read_jsonl(path: Path, tolerate_partial_tail: bool = True, check=None) -> li
 ANSWER_IDS = "answer_ids"  # the token ids the target generated for the last (assistant) message
 
 
+MAX_INDEX = 2**31 - 1  # a prompt's position: indices become int64 tensors and shard names
+
+
+def index_problem(row: dict) -> str | None:
+    """Why a row's `index` (its prompt's position) is unusable, if it is."""
+    i = row.get("index")
+    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= MAX_INDEX:
+        return f"index is {i!r:.30}: expected the prompt's position, an integer from 0 to {MAX_INDEX}"
+    return None
+
+
 def response_problem(row: dict, vocab_size: int | None = None) -> str | None:
     """Why a `responses.jsonl` row cannot be rendered with the chat template (None when it can).
 
     With `vocab_size`, stored answer ids must also name tokens of that vocabulary.
     """
+    if why := index_problem(row):
+        return why
     if "messages" not in row:
         return None  # a skipped-prompt record: no answer to train on
     msgs = row["messages"]

@@ -138,6 +138,7 @@ class Manifest:
             raise EaglewireError(f"{where}: 'answer_tokens' must be an object of counts, got {raw['answer_tokens']!r:.80}")
         if raw.get("capture") is not None and not isinstance(raw["capture"], dict):
             raise EaglewireError(f"{where}: 'capture' must be an object naming the engine, got {raw['capture']!r}")
+        _check_fields(raw, where)
         for i, e in enumerate(raw["shards"]):
             check_shard_entry(e, f"{where}: shards[{i}]")
         if raw.get("pending") is not None and not SHARD_NAME.fullmatch(str(raw["pending"])):
@@ -165,6 +166,35 @@ class Manifest:
 
     def save(self, d: Path) -> None:
         write_json_atomic(Path(d) / MANIFEST, self.to_json())
+
+
+_NONE = type(None)
+# The types of the fields this version writes (a field that is absent takes its default, except `complete`:
+# every version writes it, and reading a damaged one as "not finished" would re-extract a finished dataset).
+_FIELD_TYPES = {"complete": bool, "num_samples": int, "num_tokens": int, "num_loss_tokens": int,
+                "chat_template_sha": (str, _NONE), "generation": dict, "extract": dict, "target_hidden": str,
+                "forward_dtype": (str, _NONE), "norm_stats": (list, _NONE), "dropped": (dict, _NONE),
+                "vocab": (dict, _NONE), "extract_tokens_per_s": (int, float, _NONE), "ranks": (int, _NONE),
+                "points_stated_by": (str, _NONE), "pending": (str, _NONE)}
+
+
+def _check_fields(raw: dict, where: str) -> None:
+    if "complete" not in raw:
+        raise EaglewireError(f"{where}: 'complete' missing (every manifest says whether extraction finished)")
+    for k, typ in _FIELD_TYPES.items():
+        if k not in raw:
+            continue
+        v = raw[k]
+        if (isinstance(v, bool) and typ is not bool) or not isinstance(v, typ):
+            raise EaglewireError(f"{where}: '{k}' is {v!r:.60}: expected {_type_names(typ)}")
+        if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v <= 2**53:
+            raise EaglewireError(f"{where}: '{k}' is {v!r:.60}: expected a count from 0 to 2**53")
+
+
+def _type_names(typ) -> str:
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "an object",
+             list: "a list", _NONE: "null"}
+    return " or ".join(names[t] for t in (typ if isinstance(typ, tuple) else (typ,)))
 
 
 def check_shard_entry(e: Any, where: str) -> None:

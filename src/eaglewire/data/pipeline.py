@@ -27,7 +27,7 @@ from eaglewire.data.dataset import FeatureDataset
 from eaglewire.data.extract import ExtractSettings, extract, refuse_foreign_shards
 from eaglewire.data.extract_vllm import generate_on_vllm, run_vllm_extract
 from eaglewire.data.generate import GenSettings, generate_responses
-from eaglewire.data.jsonl import read_jsonl, response_problem, rewrite_jsonl
+from eaglewire.data.jsonl import index_problem, read_jsonl, response_problem, rewrite_jsonl
 from eaglewire.data.manifest import Manifest, complete_and_intact, manifest_hash, verify_shards
 from eaglewire.data.prompt_files import load_prompts, local_inputs
 from eaglewire.data.prompts import (
@@ -77,10 +77,29 @@ def _load(cfg):
     return load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
 
 
+def _prompt_problem(row: dict) -> str | None:
+    """Why a prompts.jsonl row (what `data generate` asks the target) is unusable, if it is."""
+    if why := index_problem(row):
+        return why
+    msgs = row.get("messages")
+    if not isinstance(msgs, list) or not msgs or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in msgs):
+        return f"messages is {str(msgs)[:40]}: expected a list of {{role, content}} objects"
+    return None
+
+
 def _collect_prompts(cfg, target) -> tuple[list, dict]:
     path = cfg.out / PROMPTS
     if cfg.resume and path.exists():
-        return [Conversation(messages=r["messages"]) for r in read_jsonl(path)], {"resumed": True}
+        # written whole by the first run (atomically): a cut or empty file is damage, not a run to finish
+        rows = read_jsonl(path, tolerate_partial_tail=False, check=_prompt_problem)
+        if not rows:
+            raise EaglewireError(f"{path}: no prompts (the first run wrote them all before answering; the file was "
+                                 "emptied since): start a new --out")
+        if [r["index"] for r in rows] != list(range(len(rows))):
+            raise EaglewireError(f"{path}: indices are not 0..{len(rows) - 1} in order (the file was edited); "
+                                 "start a new --out")
+        return [Conversation(messages=r["messages"]) for r in rows], {"resumed": True}
     if cfg.prompts is None and cfg.self_prompts <= 0 and cfg.topic_prompts <= 0:
         raise EaglewireError("give --prompts FILE, --topic-prompts N or --self-prompts N")
     convs, counts = [], {}
@@ -244,7 +263,9 @@ def _generate_via_server(cfg, s) -> dict:
 @_locked
 def run_extract(cfg, target=None) -> dict:
     refuse_foreign_shards(cfg.data)
-    rows = [r for r in read_jsonl(cfg.data / RESPONSES, check=response_problem) if "messages" in r]
+    # every stored answer or an error: a cut last line is damage here, not a row still being written
+    rows = [r for r in read_jsonl(cfg.data / RESPONSES, tolerate_partial_tail=False, check=response_problem)
+            if "messages" in r]
     if not rows:
         raise EaglewireError(f"{cfg.data / RESPONSES}: no responses (run `eaglewire data generate` first)")
     cfg = settings_from_manifest(cfg)

@@ -19,13 +19,14 @@ When ``draft_size >= V`` the draft vocabulary is the identity (size V,
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglewire.infra.atomic import follow_umask, on_disk_full, write_json_atomic
+from eaglewire.infra.atomic import atomic_file, follow_umask, on_disk_full, read_json
 from eaglewire.infra.errors import EaglewireError
 
 TENSORS_FILE = "vocab.safetensors"
@@ -108,14 +109,6 @@ def save_vocab(path_dir, vocab: DraftVocab) -> Path:
     d = Path(path_dir)
     d.mkdir(parents=True, exist_ok=True)
     tensors = {"d2t": vocab.d2t.contiguous(), "t2d": vocab.t2d.contiguous(), "counts": vocab.counts.contiguous()}
-    tmp = d / f".{TENSORS_FILE}.tmp"  # a full disk leaves the previous vocabulary whole, not a torn one
-    try:
-        with on_disk_full(d, TENSORS_FILE):
-            save_file(tensors, str(tmp))
-        follow_umask(tmp)
-        tmp.replace(d / TENSORS_FILE)
-    finally:
-        tmp.unlink(missing_ok=True)
     meta = {
         "size": vocab.size,
         "vocab_size": vocab.vocab_size,
@@ -123,7 +116,20 @@ def save_vocab(path_dir, vocab: DraftVocab) -> Path:
         "num_counted_tokens": int(vocab.counts.sum()),
         "num_distinct": int((vocab.counts > 0).sum()),
     }
-    write_json_atomic(d / META_FILE, meta)
+    # Both files are written aside first and only then renamed (renames need no space): a full disk leaves
+    # the previous pair whole, never new tensors beside an old summary.
+    tmp = d / f".{TENSORS_FILE}.tmp"
+    try:
+        with on_disk_full(d, TENSORS_FILE):
+            save_file(tensors, str(tmp))
+        follow_umask(tmp)
+        with atomic_file(d / META_FILE) as f:
+            json.dump(meta, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+            tmp.replace(d / TENSORS_FILE)
+    finally:
+        tmp.unlink(missing_ok=True)
     return d
 
 
@@ -154,9 +160,11 @@ def load_vocab(path_dir) -> DraftVocab:
             raise EaglewireError(f"{p}: missing: build the draft vocabulary with `eaglewire data vocab {d}`")
     try:
         t = load_file(str(path))
-        meta = json.loads(meta_path.read_text())
-    except Exception as e:
-        raise EaglewireError(f"{d}: cannot read draft vocabulary ({type(e).__name__}: {e})") from e
+    except Exception as e:  # noqa: BLE001  a damaged safetensors file fails inside the reader
+        raise EaglewireError(f"{path}: cannot read the draft vocabulary ({type(e).__name__}: {e})") from e
+    meta = read_json(meta_path, f"no {META_FILE}")
+    if not isinstance(meta, dict):
+        raise EaglewireError(f"{meta_path}: expected a JSON object with the vocabulary's size")
     missing = [k for k in ("d2t", "t2d", "counts") if k not in t]
     if missing:
         raise EaglewireError(f"{path}: missing tensors {missing} (expected d2t, t2d, counts)")

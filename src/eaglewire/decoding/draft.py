@@ -67,7 +67,7 @@ class DraftRunner:
         self.last = out[:, -1:]  # [1, 1, H]
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.head(self.drafter.norm(hidden)).float()  # [..., Dv], = drafter.logits
+        return self.head(self.drafter.head_input(hidden)).float()  # [..., Dv], = drafter.logits
 
     def _step(self, tokens: list[int], hidden: torch.Tensor, pos: int, past: list[KV] | None,
               tree_cols: torch.Tensor) -> tuple[torch.Tensor, list[KV]]:

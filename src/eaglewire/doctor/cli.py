@@ -115,7 +115,8 @@ def _run_live_offline(cfg: DoctorLiveConfig) -> None:
     model, prov = load_checkpoint(ckpt)
     source = target_source_for(cfg.target, prov.target.source, cfg.drafter)
     tok, head_w = load_tokenizer(source), load_head_weight(source)
-    rows = sorted(read_jsonl(cfg.data / RESPONSES, check=response_problem), key=lambda r: r.get("index", 0))
+    rows = sorted(read_jsonl(cfg.data / RESPONSES, tolerate_partial_tail=False, check=response_problem),
+                  key=lambda r: r["index"])
     prompts = [encode(tok, render(tok, r["messages"][:-1], add_generation_prompt=True))
                for r in rows if r.get("messages")][: cfg.num_prompts]
     static = static_check_for(cfg.served_drafter or recorded_export(ckpt), prov.point_names or [], prov.num_layers,

@@ -156,7 +156,7 @@ def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
 
 _LAYER = ("input_layernorm", "hidden_norm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
           "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "post_attention_layernorm")
-_KNOWN = re.compile(r"^(embed_tokens|lm_head|fc|norm|fc_norm(\.\d+)?|(midlayer|layers\.\d+)\.(" +
+_KNOWN = re.compile(r"^(embed_tokens|lm_head|fc|norm|fc_norm(\.\d+)?|input_norm|(midlayer|layers\.\d+)\.(" +
                     "|".join(re.escape(n) for n in _LAYER) + r"))\.weight$|^(d2t|t2d)$")
 
 

@@ -10,6 +10,7 @@ from eaglewire.export.checkpoint import read_provenance, resolve_dir
 from eaglewire.export.exporter import RECORD
 from eaglewire.export.formats import DRAFTER_KEY, ID_ENGINE
 from eaglewire.export.provenance import FILE as PROVENANCE
+from eaglewire.infra.atomic import read_json
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.fingerprint import TargetFingerprint
 
@@ -29,7 +30,7 @@ def exported_for(d: Path) -> str | None:
     try:
         record = json.loads((Path(d) / RECORD).read_text())
         fmt, spec = record.get("format"), record.get("engine_spec")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     if isinstance(spec, str) and spec.partition("==")[0] in ENGINES:
         return spec  # with the version the ids were written for (older records name the format only)
@@ -53,9 +54,10 @@ def trained_wiring(src: Path) -> tuple[list[str] | None, int | None, str | None,
             raise EaglewireError(f"{where}: expected a JSON object (the record `eaglewire export` writes)")
         fp = TargetFingerprint.from_json(exp.get("target_fingerprint"), f"{where}: target_fingerprint")
         points, layers = exp.get("points"), exp.get("target_num_layers")
-        if points is not None and (not isinstance(points, list) or not all(isinstance(n, str) for n in points)):
+        # every record `eaglewire export` writes holds both: without them the wiring would go unchecked
+        if not isinstance(points, list) or not all(isinstance(n, str) for n in points):
             raise EaglewireError(f"{where}: points = {str(points)[:60]}: expected a list of capture point names")
-        if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or not 0 < layers <= 10_000):
+        if isinstance(layers, bool) or not isinstance(layers, int) or not 0 < layers <= 10_000:
             raise EaglewireError(f"{where}: target_num_layers = {str(layers)[:40]}: expected a layer count (1..10000)")
         return points, layers, fp.model_type, exp.get("chat_template_sha")
     return None, None, None, None
@@ -70,14 +72,14 @@ def trained_model_config(src: Path) -> dict | None:
     candidates = [src / "eaglewire.export.json", src / "config.json"]
     try:
         source = json.loads(candidates[0].read_text()).get("source")
-        if source:
+        if isinstance(source, str) and source:
             candidates.append(resolve_dir(Path(source)) / "config.json")
-    except (EaglewireError, ValueError, OSError, AttributeError):
+    except (EaglewireError, ValueError, OSError, AttributeError, RecursionError):
         pass  # no record, or the checkpoint it came from is gone: only what the export recorded is known
     for p in candidates:
         try:
             raw = json.loads(p.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(raw, dict) and isinstance(raw.get(DRAFTER_KEY), dict):
             return raw[DRAFTER_KEY]
@@ -85,9 +87,23 @@ def trained_model_config(src: Path) -> dict | None:
 
 
 def recorded_export(ckpt: Path) -> Path | None:
-    """The export `eaglewire serve` wrote for this checkpoint (what its server loaded), if any."""
+    """The export `eaglewire serve` wrote for this checkpoint (what its server loaded), if any.
+
+    serve writes it under the record's own directory; a path leading elsewhere is refused (a record
+    can come with a run from someone else), except the same name beside the record (a moved run).
+    """
     rec = ckpt.parent / "serve" / SERVE_RECORD
-    try:
-        return Path(json.loads(rec.read_text())["export"])
-    except (OSError, ValueError, KeyError, TypeError):
+    if not rec.is_file():
         return None
+    raw = read_json(rec, f"no {SERVE_RECORD}")
+    exp = raw.get("export") if isinstance(raw, dict) else None
+    if not isinstance(exp, str) or not exp.strip():
+        raise EaglewireError(f"{rec}: field export = {str(exp)[:40]}: expected the path of the export its server "
+                             "loaded (rerun `eaglewire serve`, or remove the record)")
+    path = Path(exp) if Path(exp).is_absolute() else rec.parent / exp
+    if path.resolve().is_relative_to(rec.parent.resolve()):
+        return path
+    moved = rec.parent / Path(exp).name
+    if not Path(exp).is_absolute() or not moved.is_dir() or Path(exp).name in ("", ".", ".."):
+        raise EaglewireError(f"{rec}: field export = {exp[:80]}: outside {rec.parent} (serve writes its export there)")
+    return moved

@@ -13,12 +13,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from eaglewire.targets.hfconfig import MAX_HIDDEN, MAX_WIDTH
+
 _DEFAULT_ROPE_THETA = 10000.0
 
-# Upper bounds of a config's sizes, checked before anything is allocated (`plan` bounds a target's
-# fields with the same numbers): 10^7 layers or a 10^12 vocabulary in a config.json would grow memory to GB.
-MAX_HIDDEN = 10**6  # hidden_size, head_dim, target_hidden_size
-MAX_WIDTH = 10**7  # intermediate_size, vocab_size, draft_vocab_size
+# The drafter's sizes are bounded before anything is allocated, as a target's are (MAX_HIDDEN, MAX_WIDTH from
+# targets.hfconfig): 10^7 layers or a 10^12 vocabulary in a config.json would grow memory to GB.
 MAX_DRAFTER_LAYERS = 64  # EAGLE-3 drafters have 1; a few released ones 2-4
 MAX_POSITIONS = 10**9
 BOUNDS = {"hidden_size": MAX_HIDDEN, "intermediate_size": MAX_WIDTH, "num_attention_heads": MAX_HIDDEN,
@@ -54,6 +54,13 @@ class DrafterConfig:
       different depths and their scales differ by orders of magnitude), with a
       learned weight of width ``num_aux * target_hidden_size`` stored as
       ``fc_norm.weight``. Off by default (the official layout has none).
+    * ``norm_before_fc``: one RMSNorm over the whole fc input (all slots
+      together, weight ``input_norm.weight`` of width ``num_aux *
+      target_hidden_size``), speculators' default since 0.9 and served by vLLM.
+      Exclusive with ``fc_norm``.
+    * ``norm_output``: the hidden state fed back to the next draft step is
+      the final-normed one (post-norm recursion, EAGLE-3.1; speculators'
+      ``norm_output``, vLLM's): logits read it without a second norm.
     * ``rope_scaling``: optional non-default RoPE parameters (a transformers
       ``rope_parameters`` dict such as llama3 scaling); ``None`` = plain RoPE.
     """
@@ -73,6 +80,8 @@ class DrafterConfig:
     num_layers: int = 1
     norm_before_residual: bool = False
     fc_norm: bool = False
+    norm_before_fc: bool = False
+    norm_output: bool = False
     tie_word_embeddings: bool = False
     rope_scaling: dict[str, Any] | None = field(default=None)
 
@@ -90,6 +99,9 @@ class DrafterConfig:
             raise ValueError(
                 f"draft_vocab_size ({self.draft_vocab_size}) exceeds vocab_size ({self.vocab_size})"
             )
+        if self.fc_norm and self.norm_before_fc:
+            raise ValueError("fc_norm (per slot) and norm_before_fc (all slots) are two ways to normalise the fc "
+                             "input: choose one")
         if self.tie_word_embeddings and self.draft_vocab_size != self.vocab_size:
             raise ValueError("tie_word_embeddings needs draft_vocab_size == vocab_size")
 

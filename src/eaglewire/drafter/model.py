@@ -7,7 +7,7 @@ the code path that is trained is exactly the one that is served.
 
 State-dict names (``num_layers == 1``, the official layout)::
 
-    embed_tokens.weight   fc.weight   [fc_norm.weight]   norm.weight   lm_head.weight
+    embed_tokens.weight   fc.weight   [fc_norm.weight | input_norm.weight]   norm.weight   lm_head.weight
     midlayer.self_attn.{q,k,v,o}_proj.weight
     midlayer.mlp.{gate,up,down}_proj.weight
     midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight
@@ -333,6 +333,8 @@ class Eagle3Drafter(nn.Module):
         self.embed_tokens.weight.requires_grad_(False)
         if c.fc_norm:
             self.fc_norm = SlotRMSNorm(c.num_aux, c.target_hidden_size, c.rms_norm_eps)
+        if c.norm_before_fc:
+            self.input_norm = LlamaRMSNorm(c.num_aux * c.target_hidden_size, eps=c.rms_norm_eps)
         self.fc = nn.Linear(c.num_aux * c.target_hidden_size, c.hidden_size, bias=False)
         if c.num_layers == 1:
             self.midlayer = DrafterLayer(c, eagle=True)
@@ -399,7 +401,13 @@ class Eagle3Drafter(nn.Module):
         """Target features ``[B, T, A*Ht]`` -> drafter hidden ``[B, T, H]``."""
         if self.config.fc_norm:
             features = self.fc_norm(features)
+        if self.config.norm_before_fc:
+            features = self.input_norm(features)
         return self.fc(features)
+
+    def _fed_back(self, hidden: torch.Tensor) -> torch.Tensor:
+        """What the next draft step reads: the layer output, or with ``norm_output`` its normed form."""
+        return self.norm(hidden) if self.config.norm_output else hidden
 
     def step(
         self,
@@ -411,8 +419,8 @@ class Eagle3Drafter(nn.Module):
     ) -> tuple[torch.Tensor, list[KV]]:
         """Run the decoder layers on T new tokens against an explicit KV prefix.
 
-        Returns the un-normed hidden output ``[B, T, H]`` (what gets fed back)
-        and, per layer, the rotated K/V of the T new tokens only; the caller
+        Returns the hidden output ``[B, T, H]`` that gets fed back (un-normed;
+        normed with ``norm_output``) and, per layer, the rotated K/V of the T new tokens only; the caller
         owns the cache and concatenates. A query row must allow at least one
         key (SDPA yields NaN for fully masked rows).
         """
@@ -428,7 +436,7 @@ class Eagle3Drafter(nn.Module):
             past = None if past_kv is None else past_kv[i]
             hidden, kv = layer(hidden, embeds if i == 0 else None, cos, sin, past, mask)
             new_kv.append(kv)
-        return hidden, new_kv
+        return self._fed_back(hidden), new_kv
 
     def step_ttt(
         self,
@@ -460,11 +468,15 @@ class Eagle3Drafter(nn.Module):
                 hidden, embeds if i == 0 else None, cos, sin, None, None, ttt_steps=ttt_cache[i]
             )
             new_kv.append(kv)
-        return hidden, new_kv
+        return self._fed_back(hidden), new_kv
+
+    def head_input(self, hidden: torch.Tensor) -> torch.Tensor:
+        """What lm_head reads from a step's output ``[B, T, H]``: normed once, whichever form was fed back."""
+        return hidden if self.config.norm_output else self.norm(hidden)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Draft-vocab logits ``[B, T, D]`` from un-normed hidden ``[B, T, H]``."""
-        return self.lm_head(self.norm(hidden))
+        """Draft-vocab logits ``[B, T, D]`` from a step's output ``[B, T, H]``."""
+        return self.lm_head(self.head_input(hidden))
 
 
 def causal_mask(t: int, past: int = 0, device: torch.device | None = None) -> torch.Tensor:

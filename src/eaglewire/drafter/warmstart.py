@@ -70,8 +70,8 @@ def init_from_target_layer(model: Eagle3Drafter, target_model, points: list[str]
     The EAGLE layer's q/k/v read cat(embed, hidden) [2H]: the hidden half gets
     the target's projections and the embedding half starts at zero, so at init
     the layer is exactly the target's layer applied to the deepest slot.
-    ``deepest_scale`` is the typical norm/sqrt(H) of that slot: with ``fc_norm``
-    the slot arrives normalised, and the fc selection restores its scale so
+    ``deepest_scale`` is the typical norm/sqrt(H) of that slot (with ``fc_norm``) or of the whole fc input
+    (with ``norm_before_fc``): the slot arrives normalised, and the fc selection restores its scale so
     the residual stream has the magnitude the copied layer expects.
     """
     layers = decoder_stack(target_model).layers
@@ -93,6 +93,6 @@ def init_from_target_layer(model: Eagle3Drafter, target_model, points: list[str]
     fc = model.fc.weight  # [H, A*Ht]
     ht = model.config.target_hidden_size
     fc.zero_()
-    scale = deepest_scale if model.config.fc_norm else 1.0
+    scale = deepest_scale if model.config.fc_norm or model.config.norm_before_fc else 1.0
     fc[:, slot * ht:(slot + 1) * ht].copy_(torch.eye(h, ht) * scale)
     return src_idx

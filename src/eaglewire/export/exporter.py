@@ -103,8 +103,9 @@ def run_export(cfg: ExportConfig) -> dict:
     if fmt == "speculators" and verifier is None:
         verifier = default_verifier(cfg.ckpt, prov.target.source)
     if fmt == "speculators" and model.config.fc_norm:
-        warnings.append("fc_norm is stored as speculators fc_norm.<i>.weight; vLLM's llama_eagle3.py (as read at "
-                        "00bd1493) has no fc_norm and would fail on these names: serve this one with speculators-aware vLLM only")
+        warnings.append("fc_norm is stored as speculators fc_norm.<i>.weight; vLLM's llama_eagle3.py reads these names "
+                        "in 0.32.0 (source read, not yet served in a test here) but not in older releases (none at "
+                        "00bd1493): serve it with vLLM 0.32.0 or newer")
     if prov.fingerprint.unknown:
         warnings.append("the checkpoint's target is unknown (imported without --target): check the serving target yourself")
     config = build_config(fmt, model.config, ids, verifier, cfg.depth)

@@ -70,6 +70,10 @@ def refusals(fmt: str, cfg: DrafterConfig, points: list[Point], num_layers: int,
         why.append(f"{fmt}'s fc is hard-coded to 3 x target_hidden_size inputs; the drafter has {cfg.num_aux} feature slots")
     if fmt in ("sglang", "vllm", "eagle") and cfg.fc_norm:
         why.append(f"{fmt} has no fc_norm (per-slot RMSNorm before fc); the drafter was trained with one")
+    for flag, what in (("norm_before_fc", "one RMSNorm over the fc input"),
+                       ("norm_output", "the normed hidden fed back to the next draft step")):
+        if fmt in ("sglang", "eagle") and getattr(cfg, flag):
+            why.append(f"{fmt} has no {flag} ({what}); the drafter was trained with it (vLLM and speculators read it)")
     if fmt in ("sglang", "eagle") and cfg.norm_before_residual:
         why.append(f"{fmt}'s first layer takes the raw hidden state as residual; the drafter was trained with norm_before_residual")
     if fmt in ("sglang", "eagle") and cfg.num_layers != 1:
@@ -162,6 +166,7 @@ def build_config(fmt: str, cfg: DrafterConfig, ids: list[int] | None, verifier: 
         # norm_before_residual default is False here but True for speculators configs.
         return {"architectures": ["LlamaForCausalLMEagle3"], **base, "target_hidden_size": cfg.target_hidden_size,
                 "eagle_aux_hidden_state_layer_ids": ids, "norm_before_residual": cfg.norm_before_residual,
+                **{k: True for k in ("norm_before_fc", "norm_output") if getattr(cfg, k)},  # vLLM's getattr(config, k)
                 "eagle_config": {"use_aux_hidden_state": True}}
     if fmt == "eagle":
         d = {"architectures": ["LlamaForCausalLMEagle3"], **base, "bias": False}
@@ -181,8 +186,8 @@ def speculators_config(cfg: DrafterConfig, ids: list[int] | None, verifier: dict
         "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
         "transformer_layer_config": tl, "draft_vocab_size": cfg.draft_vocab_size,
         "norm_before_residual": cfg.norm_before_residual, "target_hidden_size": cfg.target_hidden_size,
-        "eagle_aux_hidden_state_layer_ids": ids, "norm_before_fc": False, "fc_norm": cfg.fc_norm,
-        "norm_output": False, "embed_requires_grad": False, "torch_dtype": "float32",
+        "eagle_aux_hidden_state_layer_ids": ids, "norm_before_fc": cfg.norm_before_fc, "fc_norm": cfg.fc_norm,
+        "norm_output": cfg.norm_output, "embed_requires_grad": False, "torch_dtype": "float32",
         "speculators_config": {
             "algorithm": "eagle3",
             "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,

@@ -42,6 +42,9 @@ def refusals(cfg: DrafterConfig, points: list[Point], num_layers: int) -> list[s
                    "layer's output and the final norm are not extracted on llama targets)")
     if cfg.num_aux != 3:
         why.append(f"llama.cpp's EAGLE-3 requires exactly 3 target layers; the drafter has {cfg.num_aux} feature slots")
+    for flag in ("norm_before_fc", "norm_output"):
+        if getattr(cfg, flag):
+            why.append(f"llama.cpp 0.3.36's converter and eagle3 graph read no {flag}; the drafter was trained with it")
     if cfg.fc_norm:
         why.append("llama.cpp has no per-slot fc_norm (only one norm over the fused features, norm_before_fc); "
                    "the drafter was trained with fc_norm")

@@ -11,6 +11,7 @@ under `imported.inferred`. Unknown tensors are an error, never dropped.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -23,7 +24,9 @@ from eaglewire.drafter import DrafterConfig
 from eaglewire.drafter.config import BOUNDS, MAX_DRAFTER_LAYERS, bounded_count
 from eaglewire.export.checkpoint import checked_model, save_checkpoint
 from eaglewire.export.config import ImportConfig
+from eaglewire.export.exporter import RECORD
 from eaglewire.export.formats import (
+    FORMATS,
     ID_ENGINE,
     ID_KEY,
     NOT_SERVABLE_KEY,
@@ -65,16 +68,47 @@ def detect_format(raw: dict, files: set[str]) -> str:
     return "eagle"  # no ids anywhere: official layout (SGLang without ids means the same default)
 
 
+def check_record(src: Path, fmt: str, raw: dict) -> None:
+    """An eaglewire export says which format and ids it wrote (its record): a config.json that reads otherwise
+    was edited or damaged, and importing it would wire the drafter to other layers without a word."""
+    p = src / RECORD
+    try:
+        rec = json.loads(p.read_text()) if p.is_file() else None
+    except (OSError, ValueError, RecursionError):
+        rec = None  # unreadable: the config alone decides, as for any other tool's export
+    if not isinstance(rec, dict) or rec.get("format") not in FORMATS:
+        return
+    cpath = src / "config.json"
+    if rec["format"] != fmt:
+        raise EaglewireError(f"{cpath}: reads as the {fmt} format, but {p} says eaglewire wrote it as "
+                             f"{rec['format']} (the config was edited or damaged; --format {rec['format']} reads it so)")
+    stored = _stored_ids(fmt, raw, Notes())
+    if isinstance(rec.get("ids"), list) and stored is not None and stored != rec["ids"]:
+        raise EaglewireError(f"{cpath}: {ID_KEY[fmt]} = {stored}, but {p} says eaglewire wrote {rec['ids']} "
+                             "(the config was edited or damaged)")
+
+
 def _llama_view(fmt: str, raw: dict) -> dict:
     if fmt != "speculators":
         return raw
     tl = raw.get("transformer_layer_config")
     if not isinstance(tl, dict):
         raise EaglewireError("config.json: speculators config without a transformer_layer_config object")
-    for flag in ("norm_before_fc", "norm_output"):
-        if raw.get(flag):
-            raise EaglewireError(f"config.json: speculators {flag}=true has no counterpart in eaglewire's drafter")
     return tl
+
+
+def _norm_flags(fmt: str, raw: dict, notes: Notes) -> dict:
+    """norm_before_fc / norm_output as the format's loader reads them (vLLM: top level, or eagle_config for the
+    first); SGLang and the official code read neither, so a set flag there is named, not silently dropped."""
+    nested = raw.get("eagle_config") or {}
+    flags = {"norm_before_fc": bool(raw.get("norm_before_fc") or nested.get("norm_before_fc")),
+             "norm_output": bool(raw.get("norm_output"))}
+    if fmt in ("vllm", "speculators"):
+        return flags
+    for k, v in flags.items():
+        if v:
+            notes.warnings.append(f"{k}=true in config.json, but {fmt} does not read it: imported without it")
+    return {}
 
 
 def _check_sizes(view: dict, raw: dict) -> None:
@@ -90,6 +124,12 @@ def drafter_config(fmt: str, raw: dict, sd: dict, notes: Notes) -> DrafterConfig
     """DrafterConfig from the format's config plus tensor shapes (defaults = transformers LlamaConfig's)."""
     view = _llama_view(fmt, raw)
     _check_sizes(view, raw)
+    # the shape of every weight follows from these: a default in their place (LlamaConfig's 4096 hidden) would
+    # be reported as weights of the wrong shape, blaming the wrong file
+    missing = [k for k in ("hidden_size", "num_attention_heads", "vocab_size") if view.get(k) is None]
+    if missing:
+        raise EaglewireError(f"config.json: {', '.join(missing)} missing (expected the draft layer's LlamaConfig "
+                             "fields; every EAGLE-3 format writes them)")
     for k in ("num_key_value_heads", "head_dim", "rms_norm_eps", "max_position_embeddings"):
         if k not in view:
             notes.assumed.append(f"{k} absent: transformers LlamaConfig default used")
@@ -119,7 +159,7 @@ def drafter_config(fmt: str, raw: dict, sd: dict, notes: Notes) -> DrafterConfig
         return DrafterConfig.from_target_config(
             lc, draft_vocab_size=int(dvs), num_aux=num_aux, num_layers=int(view.get("num_hidden_layers", 1)),
             target_hidden_size=target_hidden, norm_before_residual=nbr,
-            fc_norm=any(k.startswith("fc_norm.") for k in sd),
+            fc_norm=any(k.startswith("fc_norm.") for k in sd), **_norm_flags(fmt, raw, notes),
             tie_word_embeddings=bool(view.get("tie_word_embeddings", False)) if fmt != "speculators" else False)
     except ValueError as e:
         raise EaglewireError(f"config.json: {e}") from e
@@ -240,13 +280,19 @@ def run_import(cfg: ImportConfig) -> dict:
         why = "; ".join(r for rs in (raw[NOT_SERVABLE_KEY] or {}).values() for r in rs)
         raise EaglewireError(f"{cpath}: an eaglewire checkpoint that no engine serves as is ({why}): it needs no "
                              "import; use it directly, or `eaglewire export` it to a format that can express it")
+    if not isinstance(raw.get("eagle_config", {}), dict):
+        raise EaglewireError(f"{cpath}: eagle_config = {str(raw['eagle_config'])[:40]}: expected an object")
     files = {p.name for p in src.iterdir()}
     fmt = detect_format(raw, files) if cfg.format == "auto" else canonical(cfg.format)
+    if cfg.format == "auto":
+        check_record(src, fmt, raw)
     notes = Notes()
     sd, wfile = read_weights(src, fmt)
 
     try:
         dcfg = drafter_config(fmt, raw, sd, notes)
+    except EaglewireError as e:  # named by the file's name alone where it was raised: the full path here
+        raise EaglewireError(str(e).replace("config.json: ", f"{cpath}: ", 1)) from e
     except (TypeError, ValueError, KeyError, AttributeError, StrictDataclassError) as e:
         raise EaglewireError(f"{cpath}: {type(e).__name__}: {_one_line(e)} (expected a LlamaConfig's numbers, e.g. "
                              "\"hidden_size\": 2048)") from e

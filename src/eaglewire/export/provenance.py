@@ -74,8 +74,11 @@ class Provenance:
                                  f"expected {FORMAT} v1 or v{VERSION}")
         if raw.get("points") is not None and not isinstance(raw["points"], dict):
             raise EaglewireError(f"{where}: points is {raw['points']!r:.40}: expected an object with a 'names' list")
+        _check_types(raw, where)
         target = _target(raw, where)
         names = (raw.get("points") or {}).get("names") if isinstance(raw.get("points"), dict) else None
+        if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+            raise EaglewireError(f"{where}: points.names = {str(names)[:60]}: expected a list of capture point names")
         points = None
         if names and all(isinstance(n, str) for n in names):
             L = target.fingerprint.num_layers
@@ -98,6 +101,32 @@ class Provenance:
 
     def save(self, d: Path) -> None:
         (Path(d) / FILE).write_text(json.dumps(self.to_json(), indent=2, default=str))
+
+
+_OBJECTS = ("dataset", "vocab", "training", "validation", "split", "imported")
+
+
+def _check_types(raw: dict, where: str) -> None:
+    """What this version writes, typed: a damaged record is refused, never read as an imported drafter's
+    (which records no target or points and so passes every wiring check it cannot make)."""
+    for k in _OBJECTS:
+        if raw.get(k) not in (None, "unknown") and not isinstance(raw[k], dict):
+            raise EaglewireError(f"{where}: field {k} = {str(raw[k])[:40]}: expected an object or null")
+    if raw.get("chat_template_sha") is not None and not isinstance(raw["chat_template_sha"], str):
+        raise EaglewireError(f"{where}: field chat_template_sha = {str(raw['chat_template_sha'])[:40]}: expected a string")
+    if raw.get("version") != VERSION:
+        return  # version 1 (or unversioned): read as it was written
+    if not isinstance(raw.get("target"), dict):
+        raise EaglewireError(f"{where}: field target = {str(raw.get('target'))[:40]}: expected an object (the target's "
+                             "source and fingerprint, which every version-2 record holds)")
+    if raw.get("imported") is not None:
+        return  # an imported drafter may know neither its target's fingerprint nor its points
+    if not isinstance(raw["target"].get("fingerprint"), dict):
+        raise EaglewireError(f"{where}: field target.fingerprint = {str(raw['target'].get('fingerprint'))[:40]}: "
+                             "expected an object (a trained drafter records the target it was trained on)")
+    if not isinstance((raw.get("points") or {}).get("names") if isinstance(raw.get("points"), dict) else None, list):
+        raise EaglewireError(f"{where}: field points = {str(raw.get('points'))[:40]}: expected an object with the "
+                             "'names' of the capture points it was trained on (a trained drafter records them)")
 
 
 def _target(raw: dict, where: str) -> TargetRecord:

@@ -125,7 +125,7 @@ def renamed_keys(cls, data: dict, source: str) -> dict:
     return out
 
 
-def config_from_dict(cls, data: dict, source: str = "config") -> Any:
+def config_from_dict(cls, data: dict, source: str = "config", prefixes: dict[str, str] | None = None) -> Any:
     data = renamed_keys(cls, data, source)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
@@ -135,7 +135,7 @@ def config_from_dict(cls, data: dict, source: str = "config") -> Any:
         cfg = cls(**data)
     except TypeError as e:
         raise EaglewireError(f"{source}: {e}") from e
-    check_ranges(cfg)
+    check_ranges(cfg, prefixes)
     return cfg
 
 
@@ -143,11 +143,13 @@ _BOUNDS = (("ge", ">=", lambda v, b: v >= b), ("gt", ">", lambda v, b: v > b),
            ("le", "<=", lambda v, b: v <= b), ("lt", "<", lambda v, b: v < b))
 
 
-def check_ranges(cfg) -> None:
-    """Raise EaglewireError for the first field outside its declared range or choices."""
+def check_ranges(cfg, prefixes: dict[str, str] | None = None) -> None:
+    """Raise EaglewireError for the first field outside its declared range or choices.
+
+    `prefixes` names where a field's value came from when not from its flag (a --config file)."""
     for f in dataclasses.fields(cfg):
         v, meta = getattr(cfg, f.name), f.metadata
-        flag = flag_of(f)
+        flag = (prefixes or {}).get(f.name, "") + flag_of(f)
         if meta.get("choices") and v not in meta["choices"]:
             raise EaglewireError(f"{flag} {v!r}: expected one of {', '.join(map(str, meta['choices']))}"
                                  + did_you_mean(v, meta["choices"]))
@@ -287,13 +289,16 @@ def build_command(app: typer.Typer, name: str, cls, run, help: str) -> None:
         ctx, cfg_file = kwargs.pop(_CTX), kwargs.pop("config")
         given = {k for k in kwargs if _given(ctx, k)}
         _apply_aliases(cls, kwargs, given)
+        from_file = {}
         if cfg_file is not None:
-            kwargs.update({k: v for k, v in load_config_file(cls, cfg_file).items() if k not in given})
+            from_file = {k: v for k, v in load_config_file(cls, cfg_file).items() if k not in given}
+            kwargs.update(from_file)
         for f in required:
             if kwargs.get(f.name) is None:
                 name = f.name.upper() if f.metadata.get("arg") else flag_of(f)
                 raise EaglewireError(f"missing {name} (on the command line or in --config): {f.metadata.get('help', '')}")
-        cfg = config_from_dict(cls, {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()})
+        cfg = config_from_dict(cls, {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()},
+                               prefixes={k: f"--config {cfg_file}: " for k in from_file})
         return run(cfg)
 
     command.__signature__ = inspect.Signature(params)

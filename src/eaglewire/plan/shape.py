@@ -12,7 +12,6 @@ over the usual config fields, and the result says which fields it read.
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,8 +20,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-from eaglewire.drafter.config import MAX_HIDDEN, MAX_WIDTH
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.hfconfig import EXPERT_KEYS, Fields, geometry, text_config
 from eaglewire.targets.load import (
     check_gguf,
     gguf_cache_dir,
@@ -32,7 +31,6 @@ from eaglewire.targets.load import (
 )
 
 _EXPERTS = re.compile(r"(^|\.)experts\.")  # routed experts; `shared_experts.` does not match
-EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
 
 
 def read_config_json(path: Path) -> dict:
@@ -65,60 +63,7 @@ def target_config(source: str) -> dict:
     return read_config_json(resolve_target_dir(source))
 
 
-def _text(raw: dict) -> dict:
-    """Multimodal configs nest the language model's fields."""
-    for key in ("text_config", "language_config", "llm_config"):
-        if isinstance(raw.get(key), dict) and "hidden_size" in raw[key]:
-            return {**raw[key], "model_type": raw[key].get("model_type", raw.get("model_type"))}
-    return raw
-
-
-class _Fields:
-    """Reads config fields and remembers which ones it used, so the output can say so."""
-
-    def __init__(self, raw: dict, where: str):
-        self.raw, self.where, self.used = raw, where, []
-
-    def get(self, *names: str, default=None, required: bool = False):
-        for n in names:
-            if self.raw.get(n) is not None:
-                self.used.append(n)
-                return self.raw[n]
-        if required:
-            raise EaglewireError(f"{self.where}: field {names[0]} missing (needed to size the target)")
-        return default
-
-    def count(self, *names: str, default=None, required: bool = False, lo: int = 1, hi: int = MAX_WIDTH) -> int:
-        """An integer field in [lo, hi]: "abc", NaN, Infinity, 0 heads or 10^7 layers are refused in one line
-        (a meta-device model of 10^7 layers would grow memory without bound)."""
-        v = self.get(*names, default=default, required=required)
-        ok = isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and math.isfinite(v) and v == int(v)
-        if not ok or not lo <= int(v) <= hi:
-            name = next((n for n in names if n in self.raw), names[0])
-            raise EaglewireError(f"{self.where}: field {name} = {v!r}: expected an integer in [{lo}, {hi}]")
-        return int(v)
-
-
-def _geometry(f: _Fields) -> dict:
-    H = f.count("hidden_size", "d_model", "n_embd", required=True, hi=MAX_HIDDEN)
-    heads = f.count("num_attention_heads", "n_head", required=True, hi=H)
-    g = {"num_layers": f.count("num_hidden_layers", "n_layer", "num_layers", required=True, hi=10_000), "hidden_size": H,
-         "num_heads": heads, "num_kv_heads": f.count("num_key_value_heads", default=heads, hi=heads),
-         "head_dim": f.count("head_dim", default=max(H // heads, 1), hi=H), "vocab_size": f.count("vocab_size", required=True),
-         "intermediate_size": f.count("intermediate_size", "ffn_dim", default=4 * H),
-         "tie_word_embeddings": bool(f.get("tie_word_embeddings", default=False)),
-         "num_experts": f.count(*EXPERT_KEYS, default=0, lo=0, hi=100_000)}
-    g["experts_per_token"] = (f.count("num_experts_per_tok", "moe_topk", default=2, hi=g["num_experts"])
-                              if g["num_experts"] else 0)
-    if f.raw.get("kv_lora_rank"):  # MLA (DeepSeek-V2/V3): the cache holds the latent and the rope key only
-        g["kv_values_per_token_per_layer"] = (f.count("kv_lora_rank", hi=H)
-                                              + f.count("qk_rope_head_dim", required=True, hi=H))
-    else:
-        g["kv_values_per_token_per_layer"] = 2 * g["num_kv_heads"] * g["head_dim"]
-    return g
-
-
-def _attention_params(f: _Fields, g: dict) -> int:
+def _attention_params(f: Fields, g: dict) -> int:
     H, nh, nkv, hd = g["hidden_size"], g["num_heads"], g["num_kv_heads"], g["head_dim"]
     kv_lora = f.get("kv_lora_rank")
     if not kv_lora:
@@ -134,7 +79,7 @@ def _attention_params(f: _Fields, g: dict) -> int:
     return q + H * (kv_lora + rope) + kv_lora + kv_lora * nh * (nope + v) + nh * v * H
 
 
-def _moe_layers(f: _Fields, L: int) -> int:
+def _moe_layers(f: Fields, L: int) -> int:
     first_dense = int(f.get("first_k_dense_replace", default=0))
     step = int(f.get("decoder_sparse_step", "moe_layer_freq", default=1) or 1)
     dense_only = set(f.get("mlp_only_layers", default=[]) or [])
@@ -143,8 +88,8 @@ def _moe_layers(f: _Fields, L: int) -> int:
 
 def formula_count(raw: dict, where: str = "config") -> dict:
     """Parameter count from the usual fields (decoder-only, gated MLP, RMSNorm): the fallback."""
-    f = _Fields(_text(raw), where)
-    g = _geometry(f)
+    f = Fields(text_config(raw), where)
+    g = geometry(f)
     H, L, V = g["hidden_size"], g["num_layers"], g["vocab_size"]
     attn = _attention_params(f, g) + 2 * H  # + the two norms of a layer
     dense_mlp = 3 * H * g["intermediate_size"]
@@ -176,7 +121,7 @@ def meta_count(raw: dict) -> dict | None:
             model = AutoModelForCausalLM.from_config(cfg, trust_remote_code=False)
     except Exception:  # unknown architecture or remote code: the formula decides
         return None
-    n_exp = int(next((raw[k] for k in EXPERT_KEYS if _text(raw).get(k)), 0) or 0)
+    n_exp = int(next((raw[k] for k in EXPERT_KEYS if text_config(raw).get(k)), 0) or 0)
     total = routed = 0
     for name, p in model.named_parameters():  # unique tensors: a tied lm_head is counted once
         total += p.numel()
@@ -193,13 +138,13 @@ def target_shape(raw: dict, where: str) -> dict:
         frac = shape["experts_per_token"] / shape["num_experts"] if shape["num_experts"] else 0.0
         shape.update(exact, method="meta-device model (transformers)", formula_parameters=formula_total,
                      active_parameters=int(exact["num_parameters"] - exact["routed_expert_parameters"] * (1 - frac)))
-    shape["model_type"] = _text(raw).get("model_type")
+    shape["model_type"] = text_config(raw).get("model_type")
     return shape
 
 
 def drafter_shape(raw: dict, num_aux: int, draft_vocab: int, freeze_head: bool) -> dict:
     """The drafter `train` would build for this target, counted on the meta device."""
-    ns = SimpleNamespace(**_text(raw))
+    ns = SimpleNamespace(**text_config(raw))
     try:
         dcfg = DrafterConfig.from_target_config(ns, draft_vocab_size=draft_vocab, num_aux=num_aux)
     except (ValueError, TypeError, AttributeError) as e:

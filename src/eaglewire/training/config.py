@@ -32,7 +32,7 @@ class TrainConfig:
     epochs: int = opt(1, "passes over the training split when --max-steps is 0", ge=1)
     batch_size: int = opt(4, "samples per micro-batch per process", ge=1)
     grad_accum: int = opt(1, "micro-batches per optimizer step", ge=1)
-    lr: float = opt(3e-4, "peak learning rate (AdamW)", gt=0)
+    lr: float = opt(3e-4, "peak learning rate (AdamW)", gt=0, le=1)
     min_lr_ratio: float = opt(0.1, "cosine floor as a fraction of --lr", ge=0, le=1)
     warmup_steps: int = opt(20, "linear warmup steps", ge=0)
     weight_decay: float = opt(0.0, "AdamW weight decay", ge=0)
@@ -58,6 +58,9 @@ class TrainConfig:
                                  "curves; the validation split is unchanged); 0 = all", ge=0)
     norm_before_residual: bool = opt(False, "residual taken after hidden_norm (some released checkpoints)")
     fc_norm: bool = opt(False, "per-slot RMSNorm on the fc input")
+    norm_before_fc: bool = opt(False, "one RMSNorm over the whole fc input (speculators' default; vLLM serves it)")
+    norm_output: bool = opt(False, "feed the final-normed hidden back to the next draft step (post-norm recursion, "
+                            "EAGLE-3.1; vLLM serves it)")
     init: str = opt("random", "drafter init: random, head (lm_head rows + final norm from the target), "
                     "target (head + the decoder layer after the deepest captured point, fc selecting that slot)",
                     choices=INITS)

@@ -100,13 +100,16 @@ def global_batch(train_idx: list[int], step: int, per_step: int, seed: int) -> l
 
 def build_drafter(cfg: TrainConfig, target, manifest: Manifest, vocab_ids: torch.Tensor, ds=None) -> Eagle3Drafter:
     torch.manual_seed(cfg.seed)
-    if cfg.fc_mix > 0 and (cfg.init != "target" or cfg.fc_norm):
-        raise EaglewireError(f"--fc-mix {cfg.fc_mix}: needs --init target and no --fc-norm (it scales the other "
-                             "slots by their raw RMS against the deepest one's)")
+    if cfg.fc_mix > 0 and (cfg.init != "target" or cfg.fc_norm or cfg.norm_before_fc):
+        raise EaglewireError(f"--fc-mix {cfg.fc_mix}: needs --init target and no --fc-norm / --norm-before-fc (it "
+                             "scales the other slots by their raw RMS against the deepest one's)")
+    if cfg.fc_norm and cfg.norm_before_fc:
+        raise EaglewireError("--fc-norm and --norm-before-fc: two ways to normalise the fc input; choose one")
     names = manifest.point_names
     dcfg = DrafterConfig.from_target_config(
         target.config, draft_vocab_size=int(vocab_ids.numel()), num_aux=len(names),
         num_layers=cfg.num_layers, norm_before_residual=cfg.norm_before_residual, fc_norm=cfg.fc_norm,
+        norm_before_fc=cfg.norm_before_fc, norm_output=cfg.norm_output,
         **({"intermediate_size": cfg.intermediate_size} if cfg.intermediate_size else {}))
     model = Eagle3Drafter(dcfg)
     model.load_target_embedding(target.model.get_input_embeddings().weight.detach().float().cpu())
@@ -115,7 +118,11 @@ def build_drafter(cfg: TrainConfig, target, manifest: Manifest, vocab_ids: torch
         init_head(model, target.model.get_output_embeddings().weight.detach().float().cpu(),
                   decoder_stack(target.model).norm.weight.detach().float().cpu())
     if cfg.init == "target":
-        scale = _deepest_slot_scale(ds, names) if cfg.fc_norm and ds is not None else 1.0  # only fc_norm needs it
+        scale = 1.0  # a normalised fc input needs the deepest slot's scale restored by the fc selection
+        if ds is not None and cfg.fc_norm:
+            scale = _deepest_slot_scale(ds, names)
+        elif ds is not None and cfg.norm_before_fc:
+            scale = _concat_rms(ds)
         try:
             init_from_target_layer(model, target.model, names, scale)
         except ValueError as e:
@@ -130,6 +137,12 @@ def build_drafter(cfg: TrainConfig, target, manifest: Manifest, vocab_ids: torch
 def _slot_rms(ds, slot: int) -> float:
     """Median RMS of one captured slot over a few samples (position 0's massive activation excluded)."""
     rms = [ds[i]["features"][1:, slot].float().pow(2).mean(-1).sqrt() for i in range(min(8, len(ds)))]
+    return float(torch.cat(rms).median())
+
+
+def _concat_rms(ds) -> float:
+    """Median RMS of the whole fc input (all slots together), as `_slot_rms`: what norm_before_fc divides by."""
+    rms = [ds[i]["features"][1:].flatten(1).float().pow(2).mean(-1).sqrt() for i in range(min(8, len(ds)))]
     return float(torch.cat(rms).median())
 
 
@@ -367,7 +380,10 @@ def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
     start, skipped = 0, 0
     if cfg.resume:
         meta = load_run_state(cfg.out, model, opt)
-        start, skipped = meta["step"], meta.get("skipped", 0)
+        start, skipped = meta["step"], meta["skipped"]
+        if start > total:
+            raise EaglewireError(f"{cfg.out / 'state' / 'meta.json'}: saved at step {start}, beyond this run's "
+                                 f"{total} steps (the saved state is damaged, or --max-steps shrank)")
     if dd.main:
         cfg.out.mkdir(parents=True, exist_ok=True)
         save_config(cfg, cfg.out / "train.config.json", {"total_steps": total, "world_size": dd.world})

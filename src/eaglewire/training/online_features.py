@@ -42,7 +42,7 @@ def read_responses(data: Path) -> list[dict]:
     path = Path(data) / RESPONSES
     if not path.is_file():
         raise EaglewireError(f"{path}: missing (--online trains on the answers `eaglewire data generate` writes there)")
-    rows = [r for r in read_jsonl(path, check=response_problem) if "messages" in r]
+    rows = [r for r in read_jsonl(path, tolerate_partial_tail=False, check=response_problem) if "messages" in r]
     if not rows:
         raise EaglewireError(f"{path}: no responses (run `eaglewire data generate` first)")
     return rows

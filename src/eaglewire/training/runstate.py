@@ -82,7 +82,24 @@ def load_run_state(out: Path, model, opt) -> dict:
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError) as e:
         raise EaglewireError(f"{st / 'optimizer.pt'}: not an optimizer state eaglewire wrote (refused: "
                              f"{str(e).splitlines()[0][:160]}); start a new --out or remove {st}") from e
-    return read_json(st / "meta.json", "no meta.json")
+    return read_meta(st / "meta.json")
+
+
+def read_meta(path: Path) -> dict:
+    """state/meta.json as {"step": int >= 0, "skipped": int >= 0}: a damaged file is one line naming the field,
+    never a resume from a made-up step."""
+    raw = read_json(path, "no meta.json")
+    if not isinstance(raw, dict):
+        raise EaglewireError(f"{path}: expected a JSON object with `step` (the saved state is damaged; "
+                             "start a new --out)")
+    out = {}
+    for key, default in (("step", None), ("skipped", 0)):
+        v = raw.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 10**12:
+            raise EaglewireError(f"{path}: field {key} = {v!r}: expected an integer >= 0 (the saved state is "
+                                 "damaged; start a new --out)")
+        out[key] = v
+    return {**raw, **out}
 
 
 def _same_path(old, new) -> bool:
