@@ -14,8 +14,9 @@ Rows (`--rows`, comma-separated):
                  imported with `eaglewire import`
   ours           `eaglewire train` with the quick preset's recipe
   ours-recipe    `eaglewire train` with speculators' hyperparameters where eaglewire has them (AdamW in place
-                 of Muon): lr 1e-3, warmup 1 %, weight decay 0.01, betas (0.9, 0.999), clip 1.0, 3 TTT steps
-                 at decay 1.0, the same three norms, the head from the target and frozen, random init
+                 of Muon): steps of about --seq-len tokens (gradient accumulation), lr 1e-3, warmup 1 %, weight
+                 decay 0.01, betas (0.9, 0.999), clip 1.0, 3 TTT steps at decay 1.0, the same three norms, the
+                 head from the target and frozen, random init
   ours-norms     the quick preset's recipe plus speculators' norms (norm_before_fc + norm_output): EAGLE-3.1's
                  post-norm recursion, measured against plain EAGLE-3 on the same data
 
@@ -102,7 +103,8 @@ def _run(cmd: list, log: Path, env: dict | None = None) -> float:
 
 def theirs(a, out: Path) -> dict:
     spec_data, ratio, ids = convert(a.data, out / "spec-data", a.val_fraction, a.seed)
-    verifier = resolve_target_dir(FeatureDataset(a.data, verify=False).manifest.target.source)
+    source = FeatureDataset(a.data, verify=False).manifest.target.source
+    verifier = resolve_target_dir(source)
     py = ensure_speculators_venv()
     run = out / "theirs"
     if not (run / "result.json").is_file():
@@ -113,7 +115,7 @@ def theirs(a, out: Path) -> dict:
     res = json.loads((run / "result.json").read_text())
     ckpt = out / "theirs-ckpt"
     if not (ckpt / "eaglewire.json").is_file():
-        _run([*EAGLEWIRE, "import", run / "best", "--out", ckpt, "--target", "default", "--force"],
+        _run([*EAGLEWIRE, "import", run / "best", "--out", ckpt, "--target", source, "--force"],
              out / "theirs-import.log")
     val = res["epochs"][res["best_epoch"]]["val_loss"]
     return {"ckpt": ckpt, "steps": res["total_steps"], "minutes": res["seconds"] / 60,
@@ -131,9 +133,12 @@ def ours(a, out: Path, name: str, extra: list[str]) -> dict:
 
 
 def recipe_flags(a) -> list[str]:
-    steps = int(a.epochs * (len(split_indices(len(FeatureDataset(a.data, verify=False)), a.val_fraction, a.seed)[0])
-                            // 2))
-    return ["--batch-size", "2", "--lr", "0.001", "--min-lr-ratio", "0", "--warmup-steps", max(steps // 100, 1),
+    """speculators' step is one packed row of --seq-len tokens: here 2 samples x --grad-accum (answers of the
+    quick preset are ~180 tokens with their prompts), so ours takes about as many, as large, steps."""
+    accum = max(1, round(a.seq_len / 360))
+    n_train = len(split_indices(len(FeatureDataset(a.data, verify=False)), a.val_fraction, a.seed)[0])
+    steps = a.epochs * (n_train // (2 * accum))
+    return ["--batch-size", "2", "--grad-accum", accum, "--lr", "0.001", "--min-lr-ratio", "0", "--warmup-steps", max(steps // 100, 1),
             "--weight-decay", "0.01", "--beta2", "0.999", "--grad-clip", "1.0", "--ttt-steps", "3", "--ttt-decay", "1",
             "--max-len", "512", "--init", "head", "--freeze-head", "--norm-before-fc", "--norm-output",
             "--norm-before-residual"]

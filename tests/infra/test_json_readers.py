@@ -49,9 +49,16 @@ def test_checkpoint_config_export_record_and_generate_record(tmp_path, kind):
         _generate_settings(tmp_path / "generate.config.json")
 
 
+_PTS = ["layers.1.out", "layers.3.out", "layers.4.out"]
+
+
 @pytest.mark.parametrize("record, says", [({"points": "a", "target_fingerprint": None}, "points"),
-                                          ({"target_num_layers": "8", "target_fingerprint": None}, "target_num_layers"),
-                                          ({"target_num_layers": 10**30, "target_fingerprint": None}, "target_num_layers")])
+                                          ({"target_num_layers": 8, "target_fingerprint": None}, "points"),  # absent
+                                          ({"points": _PTS, "target_num_layers": "8", "target_fingerprint": None},
+                                           "target_num_layers"),
+                                          ({"points": _PTS, "target_fingerprint": None}, "target_num_layers"),
+                                          ({"points": _PTS, "target_num_layers": 10**30, "target_fingerprint": None},
+                                           "target_num_layers")])
 def test_export_record_fields_are_typed(tmp_path, record, says):
     from eaglewire.doctor.records import trained_wiring
 

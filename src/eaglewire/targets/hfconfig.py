@@ -59,19 +59,21 @@ class Fields:
 
 
 def geometry(f: Fields) -> dict:
+    """The sizes every stage reads, each an integer in a range that bounds allocation (not one that judges the
+    architecture: a tiny test target may have kv_lora_rank above its hidden size)."""
     H = f.count("hidden_size", "d_model", "n_embd", required=True, hi=MAX_HIDDEN)
-    heads = f.count("num_attention_heads", "n_head", required=True, hi=H)
+    heads = f.count("num_attention_heads", "n_head", required=True, hi=MAX_HIDDEN)
     g = {"num_layers": f.count("num_hidden_layers", "n_layer", "num_layers", required=True, hi=MAX_LAYERS), "hidden_size": H,
          "num_heads": heads, "num_kv_heads": f.count("num_key_value_heads", default=heads, hi=heads),
-         "head_dim": f.count("head_dim", default=max(H // heads, 1), hi=H), "vocab_size": f.count("vocab_size", required=True),
+         "head_dim": f.count("head_dim", default=max(H // heads, 1), hi=MAX_HIDDEN), "vocab_size": f.count("vocab_size", required=True),
          "intermediate_size": f.count("intermediate_size", "ffn_dim", default=4 * H),
          "tie_word_embeddings": bool(f.get("tie_word_embeddings", default=False)),
          "num_experts": f.count(*EXPERT_KEYS, default=0, lo=0, hi=100_000)}
     g["experts_per_token"] = (f.count("num_experts_per_tok", "moe_topk", default=2, hi=g["num_experts"])
                               if g["num_experts"] else 0)
     if f.raw.get("kv_lora_rank"):  # MLA (DeepSeek-V2/V3): the cache holds the latent and the rope key only
-        g["kv_values_per_token_per_layer"] = (f.count("kv_lora_rank", hi=H)
-                                              + f.count("qk_rope_head_dim", required=True, hi=H))
+        g["kv_values_per_token_per_layer"] = (f.count("kv_lora_rank", hi=MAX_HIDDEN)
+                                              + f.count("qk_rope_head_dim", required=True, hi=MAX_HIDDEN))
     else:
         g["kv_values_per_token_per_layer"] = 2 * g["num_kv_heads"] * g["head_dim"]
     return g
