@@ -17,8 +17,11 @@ Rows (`--rows`, comma-separated):
                  of Muon): steps of about --seq-len tokens (gradient accumulation), lr 1e-3, warmup 1 %, weight
                  decay 0.01, betas (0.9, 0.999), clip 1.0, 3 TTT steps at decay 1.0, the same three norms, the
                  head from the target and frozen, random init
-  ours-norms     the quick preset's recipe plus speculators' norms (norm_before_fc + norm_output): EAGLE-3.1's
-                 post-norm recursion, measured against plain EAGLE-3 on the same data
+  ours-norms     the quick preset's recipe plus speculators' norms (norm_before_fc + norm_output)
+  ours-3.1       the quick preset's recipe as EAGLE-3.1: per-slot fc_norm + post-norm recursion (norm_output)
+  ours-select-acc / ours-select-loss
+                 the quick preset's run validated 16 times, the weights with the best validation mean acceptance
+                 length (SpecForge's choice) or loss (speculators') kept: the same trajectory as `ours`
 
 What goes to speculators: hs_<i>.safetensors holds the three captured layers and, as its fourth slot, the
 last layer's output before the final norm. eaglewire stores the final-normed state y = x / rms(x) * w;
@@ -52,6 +55,7 @@ from bench_heldout import categories, load_head_and_tokenizer, score  # noqa: E4
 
 from eaglewire.data.dataset import FeatureDataset  # noqa: E402
 from eaglewire.data.vocab import load_vocab  # noqa: E402
+from eaglewire.export.checkpoint import read_provenance  # noqa: E402
 from eaglewire.targets.load import load_target, resolve_target_dir  # noqa: E402
 from eaglewire.targets.points import Point  # noqa: E402
 from eaglewire.training.loop import split_indices  # noqa: E402
@@ -129,7 +133,22 @@ def ours(a, out: Path, name: str, extra: list[str]) -> dict:
         seconds = _run([*EAGLEWIRE, "train", "--data", a.data, "--out", run, "--epochs", a.epochs, "--seed", a.seed,
                         "--val-fraction", a.val_fraction, "--save-every", 100000, *extra], out / f"{name}.log")
     cfg = json.loads((run / "train.config.json").read_text())
-    return {"ckpt": run / "drafter", "steps": cfg.get("total_steps"), "minutes": seconds / 60, "note": ""}
+    prov = read_provenance(run / "drafter")
+    sel = (prov.training or {}).get("selected") or {}
+    note = ""
+    if sel.get("by", "last") != "last":
+        v, last = prov.validation or {}, (prov.training or {}).get("last_validation") or {}
+        note = f"step {sel['step']} kept by {sel['by']}; val loss {v.get('loss', float('nan')):.3f} (last {last.get('loss', float('nan')):.3f})"
+        if "mean_acceptance_length" in v:
+            note += f", val MAL {v['mean_acceptance_length']:.3f} (last {last.get('mean_acceptance_length', float('nan')):.3f})"
+    return {"ckpt": run / "drafter", "steps": cfg.get("total_steps"), "minutes": seconds / 60, "note": note}
+
+
+def select_flags(a, by: str) -> list[str]:
+    """The quick recipe validated 16 times over the run and the best weights kept: the trajectory is ours' own
+    (validation draws no random numbers), so the row differs from `ours` by the selection alone."""
+    n_train = len(split_indices(len(FeatureDataset(a.data, verify=False)), a.val_fraction, a.seed)[0])
+    return [*QUICK, "--select", by, "--eval-every", max(1, a.epochs * (n_train // 2) // 16)]
 
 
 def recipe_flags(a) -> list[str]:
@@ -163,14 +182,17 @@ def main() -> None:
     cats = categories(a.heldout, FeatureDataset(a.heldout, verify=False), tok)
     makers = {"theirs": lambda: theirs(a, a.out), "ours": lambda: ours(a, a.out, "ours", QUICK),
               "ours-recipe": lambda: ours(a, a.out, "ours-recipe", recipe_flags(a)),
-              "ours-norms": lambda: ours(a, a.out, "ours-norms", [*QUICK, "--norm-before-fc", "--norm-output"])}
+              "ours-norms": lambda: ours(a, a.out, "ours-norms", [*QUICK, "--norm-before-fc", "--norm-output"]),
+              "ours-3.1": lambda: ours(a, a.out, "ours-3.1", [*QUICK, "--fc-norm", "--norm-output"]),
+              "ours-select-acc": lambda: ours(a, a.out, "ours-select-acc", select_flags(a, "acceptance")),
+              "ours-select-loss": lambda: ours(a, a.out, "ours-select-loss", select_flags(a, "loss"))}
     rows = []
     for name in a.rows.split(","):
         made = makers[name]()
         s = score(made["ckpt"], a.heldout, head_w, cats, depth=3)
         rows.append({"row": name, **{k: (str(v) if isinstance(v, Path) else v) for k, v in made.items()}, **s})
         r = rows[-1]
-        print(f"{name:<12} MAL@3 {r['mean_acceptance_length']:.3f} (95% {r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}) "
+        print(f"{name:<16} MAL@3 {r['mean_acceptance_length']:.3f} (95% {r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}) "
               f"per position {' '.join(f'{x:.2f}' for x in r['acceptance_rate_per_position'])}  steps {r['steps']}  "
               f"{r['minutes']:.1f} min  {r['note']}", flush=True)
     (a.out / "anchor.json").write_text(json.dumps(rows, indent=2))

@@ -44,12 +44,15 @@ def test_roundtrip_default_points(tmp_path, fmt):
 
 @pytest.mark.parametrize("fmt", ["vllm", "speculators"])
 def test_roundtrip_multilayer_fc_norm_nbr(tmp_path, fmt):
-    """Features only some formats express: 2 layers, norm_before_residual, fc_norm (speculators)."""
-    kw = {"num_layers": 2, "norm_before_residual": True, "fc_norm": fmt == "speculators"}
+    """Features only some formats express: 2 layers, norm_before_residual, fc_norm (as fc_norm.<i>.weight, the
+    nn.ModuleList both vLLM 0.32's llama_eagle3.py and speculators load)."""
+    kw = {"num_layers": 2, "norm_before_residual": True, "fc_norm": True}
     ck, m = make_ckpt(tmp_path / "ck", **kw)
     _, m2, _ = _roundtrip(tmp_path, fmt, ck)
     _same(m, m2)
-    assert m2.config.norm_before_residual and m2.config.num_layers == 2
+    assert m2.config.norm_before_residual and m2.config.num_layers == 2 and m2.config.fc_norm
+    cfg = json.loads((tmp_path / f"x-{fmt}" / "config.json").read_text())
+    assert cfg["fc_norm"] is True
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -99,7 +102,7 @@ def test_sglang_refuses_embedding_and_last_layer(tmp_path):
 
 def test_refusals_for_unexpressible_architecture(tmp_path):
     ck, _ = make_ckpt(tmp_path / "ck", fc_norm=True, norm_before_residual=True)
-    for fmt, what in (("sglang", "fc_norm"), ("vllm", "fc_norm"), ("eagle", "norm_before_residual")):
+    for fmt, what in (("sglang", "fc_norm"), ("eagle", "norm_before_residual")):
         with pytest.raises(EaglewireError, match=what):
             run_export(ExportConfig(ckpt=ck, format=fmt, verifier=VERIFIER, out=tmp_path / fmt))
 

@@ -13,22 +13,30 @@ from eaglewire.drafter.ttt import shift_left, target_full_argmax, ttt_attention_
 
 @torch.no_grad()
 def unroll_predictions(model, batch: dict, head_w: torch.Tensor, depth: int):
-    """Draft argmax (draft ids) per depth k at every position t, and the target argmax at t+1+k."""
-    feats = batch["features"].float().flatten(2)  # [B, T, P*H]
-    ids = batch["input_ids"]
+    """Draft argmax (draft ids) per depth k at every position t, and the target argmax at t+1+k.
+
+    Runs on the drafter's device (training selects checkpoints on CUDA with it); the results come back on the CPU.
+    """
+    dev = next(model.parameters()).device
+    feats = batch["features"].to(dev).float().flatten(2)  # [B, T, P*H]
+    ids = batch["input_ids"].to(dev)
     B, T = ids.shape
-    tgt = target_full_argmax(batch["target_hidden"].float(), head_w)  # [B, T]
-    valid = batch["loss_mask"] & batch["attention_mask"]  # [B, T]
+    if "target_argmax" in batch:  # the trainer's cache: the full-vocab argmax is already known
+        tgt = batch["target_argmax"].to(dev)  # [B, T]
+    else:
+        tgt = target_full_argmax(batch["target_hidden"].to(dev).float(), head_w.to(dev))  # [B, T]
+    valid = (batch["loss_mask"] & batch["attention_mask"]).to(dev)  # [B, T]
     hidden = model.project(feats)
     cache, preds, targets, masks = None, [], [], []
     for k in range(depth):
-        pos = torch.arange(T)[None] + k
-        hidden, new_kv = model.step(shift_left(ids, 1 + k), hidden, pos, cache, ttt_attention_mask(T, k))
+        pos = torch.arange(T, device=dev)[None] + k
+        hidden, new_kv = model.step(shift_left(ids, 1 + k), hidden, pos, cache, ttt_attention_mask(T, k, dev))
         cache = new_kv if cache is None else [(torch.cat([a, c], 2), torch.cat([b, d], 2)) for (a, b), (c, d) in zip(cache, new_kv)]
         preds.append(model.logits(hidden).argmax(-1))  # [B, T] draft ids
         targets.append(shift_left(tgt, 1 + k))
         masks.append(shift_left(valid.long(), 1 + k).bool())
-    return torch.stack(preds, -1), torch.stack(targets, -1), torch.stack(masks, -1)  # [B, T, depth]
+    return (torch.stack(preds, -1).cpu(), torch.stack(targets, -1).cpu(),  # [B, T, depth]
+            torch.stack(masks, -1).cpu())
 
 
 def chain_stats(model, ds, head_w, num_samples: int, depth: int, d2t_mode: str = "offsets",
@@ -46,7 +54,8 @@ def chain_stats(model, ds, head_w, num_samples: int, depth: int, d2t_mode: str =
     for i in range(0, len(idx), 4):
         b = collate([ds[j] for j in idx[i:i + 4]])
         pred, tgt, m = unroll_predictions(model, b, head_w, depth)
-        mapped = pred + model.d2t[pred] if d2t_mode == "offsets" else model.d2t[pred]
+        d2t = model.d2t.cpu()
+        mapped = pred + d2t[pred] if d2t_mode == "offsets" else d2t[pred]
         hit = (mapped == tgt) & m  # [B, T, depth]
         correct += hit.sum(dim=(0, 1)).float()
         count += m.sum(dim=(0, 1)).float()

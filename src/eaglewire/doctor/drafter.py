@@ -31,7 +31,11 @@ def heldout_indices(prov: Provenance, data_dir, ds) -> tuple[list[int], str, boo
     if trained_sha is None or trained_sha != manifest_hash(data_dir):
         return list(range(len(ds))), "all samples (a dataset other than the training one)", True
     if split.get("val_indices") and split.get("num_samples") == len(ds):
-        return list(split["val_indices"]), f"the held-out validation split recorded in the run ({len(split['val_indices'])} samples)", True
+        by = ((prov.training or {}).get("selected") or {}).get("by", "last")
+        chosen = (f"; the checkpoint was selected by {by} on these samples, so expect a slightly optimistic figure "
+                  "(a dataset of other prompts, such as the shipped held-out one, is unbiased)") if by != "last" else ""
+        return (list(split["val_indices"]), f"the held-out validation split recorded in the run "
+                f"({len(split['val_indices'])} samples){chosen}", True)
     return list(range(len(ds))), "TRAINING samples (the run records no held-out split): expect an optimistic tau", False
 
 

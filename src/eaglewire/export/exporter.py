@@ -102,10 +102,11 @@ def run_export(cfg: ExportConfig) -> dict:
     verifier = _verifier(cfg.verifier) if cfg.verifier else None
     if fmt == "speculators" and verifier is None:
         verifier = default_verifier(cfg.ckpt, prov.target.source)
-    if fmt == "speculators" and model.config.fc_norm:
-        warnings.append("fc_norm is stored as speculators fc_norm.<i>.weight; vLLM's llama_eagle3.py reads these names "
-                        "in 0.32.0 (source read, not yet served in a test here) but not in older releases (none at "
-                        "00bd1493): serve it with vLLM 0.32.0 or newer")
+    if fmt in ("vllm", "speculators") and (model.config.fc_norm or model.config.norm_before_fc or model.config.norm_output):
+        flags = [k for k in ("fc_norm", "norm_before_fc", "norm_output") if getattr(model.config, k)]
+        warnings.append(f"{', '.join(flags)}: vLLM 0.32.0 serves these as trained (measured on the default target) but "
+                        "older releases do not read them (none at 00bd1493) and would serve the drafter without them: "
+                        "serve it with vLLM 0.32.0 or newer")
     if prov.fingerprint.unknown:
         warnings.append("the checkpoint's target is unknown (imported without --target): check the serving target yourself")
     config = build_config(fmt, model.config, ids, verifier, cfg.depth)

@@ -68,8 +68,9 @@ def refusals(fmt: str, cfg: DrafterConfig, points: list[Point], num_layers: int,
             why.append(order)
     if fmt in ("sglang", "vllm", "eagle") and cfg.num_aux != 3:
         why.append(f"{fmt}'s fc is hard-coded to 3 x target_hidden_size inputs; the drafter has {cfg.num_aux} feature slots")
-    if fmt in ("sglang", "vllm", "eagle") and cfg.fc_norm:
-        why.append(f"{fmt} has no fc_norm (per-slot RMSNorm before fc); the drafter was trained with one")
+    if fmt in ("sglang", "eagle") and cfg.fc_norm:
+        why.append(f"{fmt} has no fc_norm (per-slot RMSNorm before fc); the drafter was trained with one "
+                   "(vLLM 0.32 and speculators read it)")
     for flag, what in (("norm_before_fc", "one RMSNorm over the fc input"),
                        ("norm_output", "the normed hidden fed back to the next draft step")):
         if fmt in ("sglang", "eagle") and getattr(cfg, flag):
@@ -166,7 +167,7 @@ def build_config(fmt: str, cfg: DrafterConfig, ids: list[int] | None, verifier: 
         # norm_before_residual default is False here but True for speculators configs.
         return {"architectures": ["LlamaForCausalLMEagle3"], **base, "target_hidden_size": cfg.target_hidden_size,
                 "eagle_aux_hidden_state_layer_ids": ids, "norm_before_residual": cfg.norm_before_residual,
-                **{k: True for k in ("norm_before_fc", "norm_output") if getattr(cfg, k)},  # vLLM's getattr(config, k)
+                **{k: True for k in ("norm_before_fc", "fc_norm", "norm_output") if getattr(cfg, k)},  # getattr(config, k)
                 "eagle_config": {"use_aux_hidden_state": True}}
     if fmt == "eagle":
         d = {"architectures": ["LlamaForCausalLMEagle3"], **base, "bias": False}
@@ -214,7 +215,7 @@ def to_format_state(fmt: str, cfg: DrafterConfig, sd: dict[str, torch.Tensor]) -
         v = v.detach().to("cpu").clone().contiguous()
         if fmt in ("vllm", "speculators") and k.startswith("midlayer."):
             k = "layers.0." + k[len("midlayer."):]
-        if fmt == "speculators" and k == "fc_norm.weight":
+        if fmt in ("vllm", "speculators") and k == "fc_norm.weight":  # both load an nn.ModuleList of slot norms
             for i, chunk in enumerate(v.chunk(cfg.num_aux)):
                 out[f"fc_norm.{i}.weight"] = chunk.clone()
             continue

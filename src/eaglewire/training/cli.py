@@ -16,6 +16,10 @@ def _print_result(res: dict) -> None:
     v = res["validation"]
     accs = " ".join(f"{a:.3f}" for a in v.get("acc", []))
     print(f"drafter: {res['drafter']}  steps {res['steps']}  val loss {v.get('loss', float('nan')):.4f}  acc_0..k {accs}")
+    sel = res.get("selected") or {}
+    if sel.get("by", "last") != "last":
+        tau = f"  val acceptance {v['mean_acceptance_length']:.3f}" if "mean_acceptance_length" in v else ""
+        print(f"selected by {sel['by']}: the weights of step {sel['step']} of {res['steps']}{tau}")
 
 
 def run(cfg: TrainConfig) -> None:

@@ -67,6 +67,10 @@ class TrainConfig:
     fc_mix: float = opt(0.0, "--init target: random fc weights on the other slots, each adding this fraction of the "
                         "deepest slot's RMS at init (0 = the drafter starts on the deepest slot alone)", ge=0)
     freeze_head: bool = opt(False, "keep lm_head fixed (use with --init head/target): fewer trained weights, faster steps")
+    select: str = opt("last", "which weights become drafter/: last (the final step), loss (the lowest validation "
+                      "loss, as speculators keeps), acceptance (the highest validation mean acceptance length at "
+                      "--select-depth, as SpecForge keeps); scored at every validation", choices=("last", "loss", "acceptance"))
+    select_depth: int = opt(3, "--select acceptance: chain depth of the validation walk", ge=1, le=16)
     eval_every: int = opt(0, "validate every N steps (0 = at the end of each epoch and of training)", ge=0)
     save_every: int = opt(50, "save resumable state every N steps", ge=1)
     log_every: int = opt(1, "write a metrics row every N steps", ge=1)

@@ -47,6 +47,7 @@ from eaglewire.training.config import TrainConfig
 from eaglewire.training.inputs import TrainInputs
 from eaglewire.training.online_features import setup_online
 from eaglewire.training.runstate import MetricsLog, check_resume_config, load_run_state, save_state
+from eaglewire.training.select import Selector
 from eaglewire.training.torchrun import CallThrough, Dist, unwrap
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class Run:
     log: MetricsLog
     total: int  # optimizer steps of the whole run
     per_step: int  # samples per optimizer step over all ranks
+    selector: Selector | None = None  # which weights become the drafter (--select)
     start: int = 0  # first step (> 0 when resumed)
     skipped: int = 0  # steps skipped for non-finite values so far
 
@@ -342,18 +344,24 @@ def _run_train(cfg: TrainConfig, dd: Dist) -> dict:
     val = _loop(run)
     model = unwrap(run.net)
     run.net = None  # drop the DDP wrapper before dd.close(): see Dist.close
+    selected = None
     if dd.main:
+        skipped, last = val.pop("skipped"), dict(val)
+        if (selected := run.selector.apply(model)) is not None:
+            val = dict(run.selector.best["validation"])
         prov = dataclasses.replace(
             inputs.prov, validation=val,
             training={"config": config_to_dict(cfg), "total_steps": run.total, "world_size": dd.world,
-                      "skipped_batches": val.pop("skipped")},
+                      "skipped_batches": skipped, "selected": selected or {"by": "last", "step": run.total},
+                      "last_validation": last},
             # the held-out split, so the doctor can evaluate on samples never trained on
             split={"dataset_manifest_sha": (inputs.prov.dataset or {}).get("manifest_sha"), "num_samples": len(run.ds),
                    "val_indices": run.val_idx})
         save_checkpoint(cfg.out / "drafter", model, prov)
     run.log.close()
     dd.close()
-    return {"drafter": str(cfg.out / "drafter"), "steps": run.total, "validation": val}
+    return {"drafter": str(cfg.out / "drafter"), "steps": run.total, "validation": val,
+            "selected": selected or {"by": "last", "step": run.total}}
 
 
 def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
@@ -378,8 +386,11 @@ def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     start, skipped = 0, 0
+    ds = ArgmaxCache(inputs.ds, head_w)
+    selector = Selector(cfg.select, cfg.select_depth, ds, val_idx, head_w)
     if cfg.resume:
         meta = load_run_state(cfg.out, model, opt)
+        selector.restore(cfg.out / "state", meta)
         start, skipped = meta["step"], meta["skipped"]
         if start > total:
             raise EaglewireError(f"{cfg.out / 'state' / 'meta.json'}: saved at step {start}, beyond this run's "
@@ -389,9 +400,8 @@ def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
         save_config(cfg, cfg.out / "train.config.json", {"total_steps": total, "world_size": dd.world})
     log = MetricsLog(cfg.out, cfg.ttt_steps, start if cfg.resume else None, dd.main)
     net = dd.wrap(CallThrough(model, ttt_forward))  # DDP under torchrun
-    return Run(cfg=cfg, dd=dd, net=net, opt=opt, ds=ArgmaxCache(inputs.ds, head_w), head_w=head_w,
-               train_idx=train_idx, val_idx=val_idx, log=log, total=total, per_step=per_step,
-               start=start, skipped=skipped)
+    return Run(cfg=cfg, dd=dd, net=net, opt=opt, ds=ds, head_w=head_w, train_idx=train_idx, val_idx=val_idx, log=log,
+               total=total, per_step=per_step, selector=selector, start=start, skipped=skipped)
 
 
 def _loop(run: Run) -> dict:
@@ -423,17 +433,28 @@ def _loop(run: Run) -> dict:
             end_epoch = (step + 1) % per_epoch == 0
             if run.val_idx and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or (not cfg.eval_every and end_epoch)
                                 or step + 1 == run.total):
-                val = evaluate(model, run.ds, run.val_idx, run.head_w, cfg, dd.device, dd)
-                run.log.write({"split": "val", "step": step + 1, "epoch": step // per_epoch, "loss": val["loss"],
-                               **{f"acc_{j}": a for j, a in enumerate(val["acc"])}})
+                val = _validate(run, model, step, per_epoch)
             if dd.main and ((step + 1) % cfg.save_every == 0 or step + 1 == run.total):
-                save_state(cfg.out, model, run.opt, step + 1, {"skipped": run.skipped})
+                save_state(cfg.out, model, run.opt, step + 1, {"skipped": run.skipped}, run.selector)
             if _STEP_DELAY:
                 time.sleep(_STEP_DELAY)
     _check_skipped(cfg, run.skipped, run.total)
     if not val and run.val_idx:
         val = evaluate(model, run.ds, run.val_idx, run.head_w, cfg, dd.device, dd)
     return {**val, "skipped": run.skipped}
+
+
+def _validate(run: Run, model, step: int, per_epoch: int) -> dict:
+    """The validation loss and per-step accuracy (all ranks), the acceptance walk when selecting by it (rank 0)."""
+    val = evaluate(model, run.ds, run.val_idx, run.head_w, run.cfg, run.dd.device, run.dd)
+    if run.dd.main:
+        if run.selector.by == "acceptance":
+            val.update(run.selector.acceptance(model))
+        run.selector.consider(step + 1, model, val)
+    run.log.write({"split": "val", "step": step + 1, "epoch": step // per_epoch, "loss": val["loss"],
+                   **{f"acc_{j}": a for j, a in enumerate(val["acc"])},
+                   "mean_acceptance_length": val.get("mean_acceptance_length", "")})
+    return val
 
 
 def _check_skipped(cfg: TrainConfig, skipped: int, total: int) -> None:

@@ -32,7 +32,8 @@ class MetricsLog:
     def __init__(self, out: Path, k: int, resume_step: int | None, enabled: bool):
         self.enabled = enabled
         self.path = out / "metrics.csv"
-        self.fields = ["split", "step", "epoch", "loss", *[f"acc_{j}" for j in range(k)], "lr", "tokens_per_s", "grad_norm"]
+        self.fields = ["split", "step", "epoch", "loss", *[f"acc_{j}" for j in range(k)], "lr", "tokens_per_s", "grad_norm",
+                       "mean_acceptance_length"]
         if not enabled:
             return
         rows = []
@@ -64,11 +65,13 @@ class MetricsLog:
             self.tb.close()
 
 
-def save_state(out: Path, model, opt, step: int, extra: dict) -> None:
+def save_state(out: Path, model, opt, step: int, extra: dict, selector=None) -> None:
+    """`selector` (training.select.Selector) adds the best weights so far, so a resume selects over the whole run."""
     with atomic_dir(out / "state") as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
         torch.save(opt.state_dict(), tmp / "optimizer.pt")
-        (tmp / "meta.json").write_text(json.dumps({"step": step, **extra}))
+        kept = selector.save(tmp) if selector is not None else {}
+        (tmp / "meta.json").write_text(json.dumps({"step": step, **extra, **kept}))
 
 
 def load_run_state(out: Path, model, opt) -> dict:
