@@ -78,7 +78,7 @@ def test_the_kept_weights_survive_a_resume_and_damage_is_named(tmp_path):
     meta = json.loads(json.dumps(meta))
     again = Selector("loss", 3, None, [0], None)
     again.restore(tmp_path, meta)
-    assert again.apply(lin) == {"by": "loss", "step": 4, "score": -1.0}
+    assert again.apply(lin, 6) == {"by": "loss", "step": 4, "score": -1.0}
     assert all(torch.equal(kept[k], v) for k, v in lin.state_dict().items())
     with pytest.raises(EaglewireError, match=r"meta.json: field best = .*expected an object with an integer step"):
         Selector("loss", 3, None, [0], None).restore(tmp_path, {"best": {"step": "4"}})

@@ -102,8 +102,8 @@ def run_export(cfg: ExportConfig) -> dict:
     verifier = _verifier(cfg.verifier) if cfg.verifier else None
     if fmt == "speculators" and verifier is None:
         verifier = default_verifier(cfg.ckpt, prov.target.source)
-    if fmt in ("vllm", "speculators") and (model.config.fc_norm or model.config.norm_before_fc or model.config.norm_output):
-        flags = [k for k in ("fc_norm", "norm_before_fc", "norm_output") if getattr(model.config, k)]
+    flags = [k for k in ("fc_norm", "norm_before_fc", "norm_output") if getattr(model.config, k)]
+    if fmt in ("vllm", "speculators") and flags:
         warnings.append(f"{', '.join(flags)}: vLLM 0.32.0 serves these as trained (measured on the default target) but "
                         "older releases do not read them (none at 00bd1493) and would serve the drafter without them: "
                         "serve it with vLLM 0.32.0 or newer")

@@ -344,15 +344,15 @@ def _run_train(cfg: TrainConfig, dd: Dist) -> dict:
     val = _loop(run)
     model = unwrap(run.net)
     run.net = None  # drop the DDP wrapper before dd.close(): see Dist.close
-    selected = None
+    selected = {"by": "last", "step": run.total}
     if dd.main:
         skipped, last = val.pop("skipped"), dict(val)
-        if (selected := run.selector.apply(model)) is not None:
+        if (selected := run.selector.apply(model, run.total))["by"] != "last":
             val = dict(run.selector.best["validation"])
         prov = dataclasses.replace(
             inputs.prov, validation=val,
             training={"config": config_to_dict(cfg), "total_steps": run.total, "world_size": dd.world,
-                      "skipped_batches": skipped, "selected": selected or {"by": "last", "step": run.total},
+                      "skipped_batches": skipped, "selected": selected,
                       "last_validation": last},
             # the held-out split, so the doctor can evaluate on samples never trained on
             split={"dataset_manifest_sha": (inputs.prov.dataset or {}).get("manifest_sha"), "num_samples": len(run.ds),
@@ -361,7 +361,7 @@ def _run_train(cfg: TrainConfig, dd: Dist) -> dict:
     run.log.close()
     dd.close()
     return {"drafter": str(cfg.out / "drafter"), "steps": run.total, "validation": val,
-            "selected": selected or {"by": "last", "step": run.total}}
+            "selected": selected}
 
 
 def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:

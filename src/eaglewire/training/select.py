@@ -77,10 +77,11 @@ class Selector:
                                  "start a new --out)")
         self.best, self.weights = best, load_state(state_dir / "best.safetensors")
 
-    def apply(self, model) -> dict | None:
-        """Loads the kept weights into `model`; returns the record for the drafter's provenance."""
+    def apply(self, model, last_step: int) -> dict:
+        """Loads the kept weights into `model`; returns the record for the drafter's provenance (`last`: the
+        model is left as it is)."""
         if self.by == "last" or self.weights is None:  # no validation ran in this process nor was one saved
-            return None
+            return {"by": "last", "step": last_step}
         model.load_state_dict(self.weights, strict=True)
         return {"by": self.by, "step": self.best["step"], "score": self.best["score"],
                 **({"depth": self.depth} if self.by == "acceptance" else {})}
