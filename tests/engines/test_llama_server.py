@@ -170,3 +170,23 @@ def test_off_by_one_gguf_fails_doctor_config(llama_run, tmp_path):
     assert not points["ok"] and "[2, 4, 5]" in points["fix"]
     ok = subprocess.run([*EW, "doctor", "config", str(export), "--json"], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stdout + ok.stderr  # the export itself: engine from its record, ids right
+
+
+def test_quantized_drafter_and_target_serve(llama_run, llama_server_bin, tmp_path):
+    """A Q8_0 drafter on a Q8_0 target (what users run) starts, drafts and answers. On a Xeon with AMX the native
+    build of this llama.cpp crashed at warm-up on quantized weights until `llama_command` turned repacking off
+    there; the served acceptance stays near our fp32 prediction (quantized both sides: not exact)."""
+    from eaglewire.doctor.live import doctor_live
+    from eaglewire.export.config import ExportConfig
+    from eaglewire.export.exporter import run_export
+    from eaglewire.export.gguf import convert
+
+    run, target, _, _, engine = llama_run
+    q8 = tmp_path / "q8"
+    run_export(ExportConfig(ckpt=run / "drafter", format="gguf", out=q8, gguf_type="q8_0"))
+    target_q8 = convert(target, tmp_path / "target-q8_0.gguf", "q8_0")
+    with _server(llama_server_bin, target_q8, q8 / "drafter.gguf", tmp_path / "q8.log") as srv:
+        rep = doctor_live(srv.spec.url, engine, _prompts(engine, 3), 32)
+    s, p = rep.data["served"], rep.data["predicted"]
+    assert s["drafts"] > 10
+    assert abs(s["mean_acceptance_length"] - p["mean_acceptance_length"]) <= 0.15 * p["mean_acceptance_length"]

@@ -16,6 +16,11 @@ mistral and deepseek_v3/MLA in the tests). Because it is used as-is,
 sliding-window layers get the window folded into their mask
 (:func:`~eaglewire.targets.kvcache.window_masks`), and the cache keeps every row
 of every layer so rejected drafts can be rolled back past the window.
+
+Decode and verify calls (1..16 tokens) on Llama-family stacks in fp32 on CPU
+take :class:`~eaglewire.targets.lean.LeanStack` instead of transformers'
+forward (same cache, same captured points, equal to float rounding; about a
+third less time per step); ``lean_why`` says why a runner does not.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import torch
 from eaglewire.targets.capture import capturing, decoder_stack
 from eaglewire.targets.fastlinear import FastLinear, packed_linears
 from eaglewire.targets.kvcache import growing_cache, keep_rows, window_masks
+from eaglewire.targets.lean import LeanStack, why_not_lean
 from eaglewire.targets.points import Point
+from eaglewire.targets.smallm import MAX_ROWS
 
 FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"  # transformers' own switch (integrations/sdpa_attention.py)
 
@@ -72,6 +79,10 @@ class TargetRunner:
         self.head = FastLinear(head.weight, head.bias) if fast else head
         self.softcap = getattr(self.model.config, "final_logit_softcapping", None)
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
+        # decode / verify calls of 1..MAX_ROWS tokens take the lean forward where it applies (targets/lean.py)
+        self.lean_why = "off (fast=False)" if not fast else why_not_lean(self.base, self.model.config)
+        self._lean = None
+        self._capture = {p.layer if p.kind == "layer" else p.kind: p.name for p in self.points}
         self.reset()
 
     def reset(self) -> None:
@@ -93,23 +104,31 @@ class TargetRunner:
         past, n = self.length, input_ids.shape[1]
         if position_ids is None:
             position_ids = torch.arange(past, past + n, device=input_ids.device)[None]
-        mask = None
+        allowed = None  # [N, P+N] True = may attend, before any sliding window
         if tree_mask is not None:
-            dev = input_ids.device
-            prefix = torch.ones(n, past, dtype=torch.bool, device=dev)
-            mask = torch.cat([prefix, tree_mask.to(dev)], dim=1)[None, None]  # [1,1,N,P+N]
-            k_pos = torch.cat([torch.arange(past, device=dev), position_ids[0]])  # [P+N]
-            mask = window_masks(self.model.config, mask, position_ids[0], k_pos)
+            prefix = torch.ones(n, past, dtype=torch.bool, device=input_ids.device)
+            allowed = torch.cat([prefix, tree_mask.to(input_ids.device)], dim=1)
+        if self.lean_why is None and n <= MAX_ROWS:
+            if self._lean is None:
+                self._lean = LeanStack(self.base, self.model.config)
+            out, store = self._lean.forward(input_ids, position_ids, allowed, self.cache, self._capture)
+            return out, self._features(store)
+        mask = None
+        if allowed is not None:
+            k_pos = torch.cat([torch.arange(past, device=input_ids.device), position_ids[0]])  # [P+N]
+            mask = window_masks(self.model.config, allowed[None, None], position_ids[0], k_pos)  # [1,1,N,P+N]
         with (capturing(self.model, self.points) as store, packed_linears(self.base, self.fast),
               sdpa_gqa(self.fast and input_ids.device.type == "cpu")):
             out = self.base(
                 input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
                 cache=self.cache, use_cache=True,
             )
-        feats = None
-        if self.points:
-            feats = torch.cat([store[p.name] for p in self.points], dim=-1)  # [1, N, A*H]
-        return out.last_hidden_state, feats
+        return out.last_hidden_state, self._features(store)
+
+    def _features(self, store: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        if not self.points:
+            return None
+        return torch.cat([store[p.name] for p in self.points], dim=-1)  # [1, N, A*H]
 
     @torch.inference_mode()
     def logits(self, hidden_rows: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,7 @@ class LlamaSpec:
     ctx: int = 4096
     threads: int = 0  # 0 = llama.cpp's own choice
     p_min: float = 0.0  # --spec-draft-p-min: 0 drafts every position (what eaglewire's ungated chain predicts)
+    repack: bool | None = None  # llama.cpp's weight repacking (AMX, interleaved layouts); None: off on AMX CPUs
     extra: list[str] = field(default_factory=list)
 
     @property
@@ -32,10 +33,32 @@ class LlamaSpec:
         return f"http://{self.host}:{self.port}"
 
 
-def llama_command(binary: Path | str, spec: LlamaSpec) -> list[str]:
-    """The one place the command line is built: what runs here is what `serve --print-command` prints."""
+def cpu_flags(path: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags as the kernel reports them (empty where there is no /proc/cpuinfo)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def llama_command(binary: Path | str, spec: LlamaSpec, flags: set[str] | None = None) -> list[str]:
+    """The one place the command line is built: what runs here is what `serve --print-command` prints.
+
+    WHY ``--no-repack`` on AMX CPUs: the managed build is native, and on a Xeon
+    with AMX the llama.cpp of llama-cpp-python 0.3.36 puts quantized weights in
+    its AMX buffers, whose matrix product crashes the server at warm-up
+    (SIGSEGV in ``ggml_backend_amx_mul_mat``: the shipped Q4_1 target alone, or
+    an F32 target with a Q8_0 drafter; F32/F16 weights never take that path).
+    Repacking off keeps the plain CPU kernels; plain and drafted servers get
+    the same flag, so their comparison is unchanged.
+    """
     cmd = [str(binary), "-m", str(spec.target_gguf), "--host", spec.host, "--port", str(spec.port),
            "-c", str(spec.ctx), "-np", "1", "--no-webui", "--metrics"]
+    repack = spec.repack if spec.repack is not None else "amx_int8" not in (cpu_flags() if flags is None else flags)
+    if not repack:
+        cmd.append("--no-repack")
     if spec.threads:
         cmd += ["-t", str(spec.threads), "-tb", str(spec.threads)]
     if spec.drafter_gguf is not None:

@@ -1,0 +1,92 @@
+"""The lean decode/verify forward against transformers' own forward of the same model.
+
+References: (a) transformers' forward of the whole sequence without any cache
+(independent of our cache, masks and kernels), (b) the runner's transformers
+path (``lean_why`` set) step by step. Every architecture the lean forward
+takes is run past its sliding window, through causal and tree verifies and a
+non-contiguous rollback.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eaglewire.decoding.target_runner import TargetRunner
+from eaglewire.targets.capture import decoder_stack
+from eaglewire.targets.lean import layer_windows, why_not_lean
+from eaglewire.targets.points import EMBED, FINAL_NORM, Point, eagle3_default
+
+LEAN_ARCHS = ["llama", "qwen3", "mistral"]
+TREE = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], dtype=torch.bool)
+
+
+def _points(target) -> list[Point]:
+    return [EMBED, *eagle3_default(target.num_layers), FINAL_NORM]
+
+
+def _steps(runner, ids):
+    """Prefill 24 (transformers path), 6 single tokens, a causal 4, a tree 4 and its rollback, one more token."""
+    outs = [runner.forward(ids[:, :24])]
+    outs += [runner.forward(ids[:, i:i + 1]) for i in range(24, 30)]
+    outs.append(runner.forward(ids[:, 30:34]))
+    outs.append(runner.forward(ids[:, 34:38], position_ids=torch.tensor([[34, 35, 35, 36]]), tree_mask=TREE))
+    runner.keep(4, [0, 2, 3])  # path 0 -> 2 -> 3 skips the rejected sibling 1
+    outs.append(runner.forward(ids[:, 38:39]))
+    return outs
+
+
+@pytest.mark.parametrize("arch", LEAN_ARCHS)
+def test_lean_equals_transformers_step_by_step(tiny_targets, arch):
+    target = tiny_targets[arch]
+    ids = torch.randint(0, target.model.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(1))
+    lean = TargetRunner(target, _points(target))
+    assert lean.lean_why is None
+    ref = TargetRunner(target, _points(target))
+    ref.lean_why = "off for the reference"
+    for (h1, f1), (h2, f2) in zip(_steps(lean, ids), _steps(ref, ids)):
+        torch.testing.assert_close(h1, h2, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(f1, f2, rtol=1e-5, atol=1e-5)
+    assert lean._lean is not None  # the lean path ran
+    assert lean.length == ref.length == 38
+
+
+@pytest.mark.parametrize("arch", LEAN_ARCHS)
+def test_lean_decode_equals_one_uncached_forward(tiny_targets, arch):
+    """Token by token past the sliding window (16 in the tiny configs), then a 4-token causal verify."""
+    target = tiny_targets[arch]
+    n = 44
+    ids = torch.randint(0, target.model.config.vocab_size, (1, n), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = decoder_stack(target.model)(input_ids=ids, use_cache=False).last_hidden_state  # [1, n, H]
+    runner = TargetRunner(target, [])
+    runner.forward(ids[:, :3])
+    got = [runner.forward(ids[:, i:i + 1])[0] for i in range(3, n - 4)] + [runner.forward(ids[:, n - 4:])[0]]
+    torch.testing.assert_close(torch.cat(got, dim=1), want[:, 3:], rtol=1e-4, atol=1e-5)
+    assert runner._lean is not None
+
+
+def test_lean_scope(tiny_targets):
+    deepseek = tiny_targets["deepseek_v3"]
+    why = why_not_lean(decoder_stack(deepseek.model), deepseek.model.config)
+    assert why and "DeepseekV3DecoderLayer" in why
+    runner = TargetRunner(deepseek, [])
+    assert runner.lean_why == why
+    runner.forward(torch.tensor([[1, 2, 3]]))
+    runner.forward(torch.tensor([[4]]))
+    assert runner._lean is None  # it kept the transformers forward
+    assert TargetRunner(tiny_targets["llama"], [], fast=False).lean_why.startswith("off")
+    llama = tiny_targets["llama"]
+    double = decoder_stack(llama.model).embed_tokens.weight.double()
+    stack = type("Stack", (), {"layers": decoder_stack(llama.model).layers, "rotary_emb": 0, "norm": 0,
+                               "embed_tokens": type("E", (), {"weight": double})()})()
+    assert "float64" in why_not_lean(stack, llama.model.config)
+
+
+def test_layer_windows_follow_the_config(tiny_targets):
+    qwen, mistral, llama = (tiny_targets[a].model.config for a in ("qwen3", "mistral", "llama"))
+    assert layer_windows(qwen, qwen.num_hidden_layers) == [
+        qwen.sliding_window if t == "sliding_attention" else None for t in qwen.layer_types]
+    assert set(layer_windows(qwen, qwen.num_hidden_layers)) == {None, 16}
+    assert layer_windows(mistral, 8) == [16] * 8
+    assert layer_windows(llama, 8) == [None] * 8
