@@ -10,8 +10,10 @@ Measures, against a KV cache of --context tokens:
   - hf base: the decoder stack without any lm_head;
   - onednn / kernel / lean: eaglewire TargetRunner with oneDNN-prepacked
     linears, without / with the thin-matrix kernel for 1..16 rows, both
-    through transformers' forward; lean = the kernel under the lean forward
-    (targets/lean.py, what the engine runs); + logits at the rows a greedy
+    through transformers' forward; lean-ops = the kernel under the lean
+    forward's tensor ops (targets/lean.py, the fallback), lean = one C++ call
+    per layer around the kernel (kernels/lean_layer.cpp, what the engine
+    runs); + logits at the rows a greedy
     walk typically needs (min(N, 6)); "x step" is that time over the same
     variant's N = 1 (our own plain decode step);
 * drafter step: a random EAGLE-3 drafter sized for the target, T = 1 and
@@ -39,6 +41,7 @@ import eaglewire.targets.smallm as smallm
 from eaglewire.decoding.target_runner import TargetRunner
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.model import causal_mask
+from eaglewire.targets.lean import LeanStack
 from eaglewire.targets.load import load_target
 from eaglewire.targets.points import eagle3_default
 
@@ -69,10 +72,13 @@ def _timings(target, ids, context: int, repeats: int, variant: str) -> dict:
     """``variant``: hf (transformers forward, full logits), onednn (our runner, oneDNN packs), kernel (our
     runner with the thin-matrix kernel). Ours: forward + logits at the rows a greedy walk needs (min(N, 6))."""
     model = target.model
-    _use_kernel(model, variant in ("kernel", "lean"))
+    _use_kernel(model, variant in ("kernel", "lean", "lean-ops"))
     runner = TargetRunner(target, eagle3_default(target.num_layers), fast=True)
-    if variant != "lean":
+    if variant not in ("lean", "lean-ops"):
         runner.lean_why = "off for this variant"
+    elif variant == "lean-ops":
+        runner._lean = LeanStack(runner.base, target.model.config)
+        runner._lean.fused = None
     runner.forward(ids[:, :context])
     cache = runner.cache
 
@@ -100,14 +106,14 @@ def _timings(target, ids, context: int, repeats: int, variant: str) -> dict:
 def bench_target(target, context: int, repeats: int) -> dict:
     """Variants interleaved round by round, so a slow patch of the machine hits each alike."""
     ids = torch.randint(0, target.vocab_size, (1, context + max(SIZES)))
-    variants = ["hf", "onednn"] + (["kernel", "lean"] if smallm.unavailable_reason() is None else [])
+    variants = ["hf", "onednn"] + (["kernel", "lean-ops", "lean"] if smallm.unavailable_reason() is None else [])
     rounds = [{v: _timings(target, ids, context, repeats, v) for v in variants} for _ in range(2)]
     res: dict = {"kernel_available": "kernel" in variants, "kernel_note": smallm.unavailable_reason()}
     for v in variants:  # the better of the two rounds, per entry
         for key, val in rounds[0][v].items():
             other = rounds[1][v][key]
             res[key] = ({n: min(val[n], other[n]) for n in val} if isinstance(val, dict) else min(val, other))
-    for v in ("onednn", "kernel", "lean"):
+    for v in ("onednn", "kernel", "lean-ops", "lean"):
         if v in res:
             res[f"{v}_vs_own_step"] = {n: round(res[v][n] / res[v][1], 3) for n in SIZES}
     return res
@@ -154,7 +160,7 @@ def main() -> None:
     t = res["target_ms"]
     print(f"target {args.target}, context {args.context}, {res['threads']} threads; transformers decode step "
           f"{t['decode_step']} ms; ours: forward + logits at min(N, 6) rows")
-    cols = [c for c in ("onednn", "kernel", "lean") if c in t]
+    cols = [c for c in ("onednn", "kernel", "lean-ops", "lean") if c in t]
     print(f"{'N':>4} {'hf':>8} {'hf base':>8} " + " ".join(f"{c:>8} {'x step':>7}" for c in cols))
     for n in SIZES:
         print(f"{n:>4} {t['before'][n]:>8} {t['base_only'][n]:>8} "

@@ -9,13 +9,17 @@ non-contiguous rollback.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from eaglewire.decoding.target_runner import TargetRunner
 from eaglewire.targets.capture import decoder_stack
-from eaglewire.targets.lean import layer_windows, why_not_lean
+from eaglewire.targets.lean import LeanStack, layer_windows, why_not_lean
 from eaglewire.targets.points import EMBED, FINAL_NORM, Point, eagle3_default
+from eaglewire.targets.smallm import smallm_kernel
 
 LEAN_ARCHS = ["llama", "qwen3", "mistral"]
 TREE = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], dtype=torch.bool)
@@ -36,12 +40,29 @@ def _steps(runner, ids):
     return outs
 
 
+def _lean_runner(target, points, fused: bool) -> TargetRunner:
+    """A runner on the lean forward: one C++ call per layer (kernels/lean_layer.cpp), or the tensor ops."""
+    runner = TargetRunner(target, points)
+    assert runner.lean_why is None
+    runner._lean = LeanStack(runner.base, target.model.config)
+    if fused and smallm_kernel() is None:
+        pytest.skip("the CPU kernel could not be built here")
+    if fused:
+        assert runner._lean.fused is not None
+    else:
+        runner._lean.fused = None
+    return runner
+
+
+PATHS = pytest.mark.parametrize("fused", [True, False], ids=["fused", "ops"])
+
+
+@PATHS
 @pytest.mark.parametrize("arch", LEAN_ARCHS)
-def test_lean_equals_transformers_step_by_step(tiny_targets, arch):
+def test_lean_equals_transformers_step_by_step(tiny_targets, arch, fused):
     target = tiny_targets[arch]
     ids = torch.randint(0, target.model.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(1))
-    lean = TargetRunner(target, _points(target))
-    assert lean.lean_why is None
+    lean = _lean_runner(target, _points(target), fused)
     ref = TargetRunner(target, _points(target))
     ref.lean_why = "off for the reference"
     for (h1, f1), (h2, f2) in zip(_steps(lean, ids), _steps(ref, ids)):
@@ -51,19 +72,39 @@ def test_lean_equals_transformers_step_by_step(tiny_targets, arch):
     assert lean.length == ref.length == 38
 
 
+@PATHS
 @pytest.mark.parametrize("arch", LEAN_ARCHS)
-def test_lean_decode_equals_one_uncached_forward(tiny_targets, arch):
+def test_lean_decode_equals_one_uncached_forward(tiny_targets, arch, fused):
     """Token by token past the sliding window (16 in the tiny configs), then a 4-token causal verify."""
     target = tiny_targets[arch]
     n = 44
     ids = torch.randint(0, target.model.config.vocab_size, (1, n), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         want = decoder_stack(target.model)(input_ids=ids, use_cache=False).last_hidden_state  # [1, n, H]
-    runner = TargetRunner(target, [])
+    runner = _lean_runner(target, [], fused)  # its first 3 tokens fill an empty cache through the lean path
     runner.forward(ids[:, :3])
     got = [runner.forward(ids[:, i:i + 1])[0] for i in range(3, n - 4)] + [runner.forward(ids[:, n - 4:])[0]]
     torch.testing.assert_close(torch.cat(got, dim=1), want[:, 3:], rtol=1e-4, atol=1e-5)
     assert runner._lean is not None
+
+
+@PATHS
+def test_lean_with_biases_equals_transformers(fused):
+    """Biases on q/k/v, o and the MLP (Qwen2 has q/k/v biases; Llama configs may set them all)."""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, attention_bias=True, mlp_bias=True)
+    model = LlamaForCausalLM(cfg).eval()
+    for p in model.parameters():  # biases start at zero: give them values
+        p.data.normal_(0, 0.2)
+    target = SimpleNamespace(model=model)
+    ids = torch.randint(0, 300, (1, 40), generator=torch.Generator().manual_seed(3))
+    lean = _lean_runner(target, [EMBED, FINAL_NORM], fused)
+    ref = TargetRunner(target, [EMBED, FINAL_NORM])
+    ref.lean_why = "off for the reference"
+    for (h1, f1), (h2, f2) in zip(_steps(lean, ids), _steps(ref, ids)):
+        torch.testing.assert_close(h1, h2, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(f1, f2, rtol=1e-5, atol=1e-5)
 
 
 def test_lean_scope(tiny_targets):

@@ -124,6 +124,8 @@ class DataVocabConfig:
 class DataBuildConfig(_RunOptions, _ExtractOptions, _GenOptions):
     out: Path = opt(help="dataset directory (created)")
     vocab_size: int = opt(0, VOCAB_SIZE_HELP, ge=0)
+    gen_capture: bool = opt(True, "keep the features while generating the answers instead of a second forward "
+                            "(in process, targets without sliding-window layers; equal to float rounding)")
 
 
 @dataclass

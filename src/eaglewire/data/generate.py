@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from eaglewire.data.config import GenSettings
+from eaglewire.data.gencapture import GenCapture, Recording
 from eaglewire.data.jsonl import ANSWER_IDS, JsonlAppender, index_problem, read_jsonl, rewrite_jsonl
 from eaglewire.data.prompts import prompt_turns
 from eaglewire.targets.fastlinear import packed_linears
@@ -54,21 +56,29 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 
 
 @torch.no_grad()
-def generate_batch(target, prompts: list[list[int]], s: GenSettings, seed: int) -> list[tuple[list[int], str]]:
-    """Returns (new token ids without padding, finish reason) per prompt."""
+def generate_batch(target, prompts: list[list[int]], s: GenSettings, seed: int,
+                   capture: GenCapture | None = None, rec: Recording | None = None) -> list[tuple[list[int], str]]:
+    """Returns (new token ids without padding, finish reason) per prompt; with `capture`, `rec` keeps
+    the points' outputs of every forward (data/gencapture.py)."""
     tok, model = target.tokenizer, target.model
     ids, mask = left_pad(prompts, tok.pad_token_id)
+    ids, mask = ids.to(target.device), mask.to(target.device)
     torch.manual_seed(seed)
     sample = s.temperature > 0
+    cache = growing_cache(model.config)
+    if rec is not None:
+        rec.ids, rec.mask, rec.cache = ids, mask, cache
     # Prepacked linears and an in-place KV cache (side-by-side figure: benchmarks/README.md).
-    with packed_linears(model):
+    with packed_linears(model), (capture.recording(model, rec) if capture is not None else nullcontext()):
         out = model.generate(
-            input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
-            cache=growing_cache(model.config),
+            input_ids=ids, attention_mask=mask,
+            cache=cache,
             max_new_tokens=s.max_new_tokens, do_sample=sample,
             temperature=s.temperature if sample else None, top_p=s.top_p if sample else None, top_k=None,
             eos_token_id=target.eos_ids(), pad_token_id=tok.pad_token_id,
         )
+    if rec is not None:
+        rec.n_new = out.shape[1] - ids.shape[1]
     eos = set(target.eos_ids())
     res = []
     for row in out[:, ids.shape[1]:].tolist():
@@ -118,8 +128,9 @@ def pending_answers(convs, out_path: Path, tokenizer, s: GenSettings, stats: Gen
 
 
 def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bool = False,
-                       share: tuple[int, int] = (0, 1)) -> GenStats:
-    """Write `responses.jsonl` rows {index, messages (with the target's answer as text), answer_ids, ...}."""
+                       share: tuple[int, int] = (0, 1), capture: GenCapture | None = None) -> GenStats:
+    """Write `responses.jsonl` rows {index, messages (with the target's answer as text), answer_ids, ...};
+    with `capture`, also each batch's features for extraction (data/gencapture.py)."""
     stats = GenStats()
     todo = pending_answers(convs, out_path, target.tokenizer, s, stats, resume, share)
     writer = JsonlAppender(out_path)
@@ -128,8 +139,11 @@ def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bo
     try:
         for b in range(0, len(todo), s.batch_size):
             chunk = todo[b: b + s.batch_size]
-            outs = generate_batch(target, [c[2] for c in chunk], s, seed=s.seed * 100003 + chunk[0][0])
-            for (i, msgs, pids), (new, reason) in zip(chunk, outs):
+            rec = Recording() if capture is not None else None
+            outs = generate_batch(target, [c[2] for c in chunk], s, seed=s.seed * 100003 + chunk[0][0],
+                                  capture=capture, rec=rec)
+            kept: list[dict | None] = [None] * len(chunk)  # the rows written, in batch order
+            for j, ((i, msgs, pids), (new, reason)) in enumerate(zip(chunk, outs)):
                 stats.new_tokens += len(new)
                 text = target.tokenizer.decode(new, skip_special_tokens=True).strip()
                 if not text:
@@ -139,9 +153,12 @@ def generate_responses(target, convs, out_path: Path, s: GenSettings, resume: bo
                 stats.finish[reason] = stats.finish.get(reason, 0) + 1
                 stats.done += 1
                 # the ids are what training reads (the text, decoded, may not tokenise back to them)
-                writer.write({"index": i, "messages": msgs + [{"role": "assistant", "content": text}],
-                              ANSWER_IDS: new, "prompt_tokens": len(pids), "response_tokens": len(new),
-                              "finish": reason})
+                row = {"index": i, "messages": msgs + [{"role": "assistant", "content": text}],
+                       ANSWER_IDS: new, "prompt_tokens": len(pids), "response_tokens": len(new), "finish": reason}
+                writer.write(row)
+                kept[j] = row
+            if capture is not None:
+                capture.write(capture.complete(rec, kept))
             writer.flush()
             stats.seconds = time.perf_counter() - t0
             bar.update(len(chunk))

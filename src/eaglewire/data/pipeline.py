@@ -24,8 +24,11 @@ from eaglewire.data.config import (
     DataVocabConfig,
 )
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.data.extract import ExtractSettings, extract, refuse_foreign_shards
+from eaglewire.data.extract import ExtractSettings, InProcessCapture, extract, refuse_foreign_shards
 from eaglewire.data.extract_vllm import generate_on_vllm, run_vllm_extract
+from eaglewire.data.gencapture import GENCAPTURE, GenCapture, GenCaptured
+from eaglewire.data.gencapture import remove as remove_gencapture
+from eaglewire.data.gencapture import why_not as why_not_gencapture
 from eaglewire.data.generate import GenSettings, generate_responses
 from eaglewire.data.jsonl import index_problem, read_jsonl, response_problem, rewrite_jsonl
 from eaglewire.data.manifest import Manifest, complete_and_intact, manifest_hash, verify_shards
@@ -69,7 +72,7 @@ from eaglewire.infra.paths import overlaps, require_exists
 from eaglewire.infra.ranks import distributed, is_main, local_device, rank_world
 from eaglewire.targets.fingerprint import chat_template_hash
 from eaglewire.targets.load import load_target, load_tokenizer, resolve_target_dir
-from eaglewire.targets.points import point_option
+from eaglewire.targets.points import parse_points, point_option
 
 
 def _load(cfg):
@@ -154,7 +157,7 @@ def refuse_input_inside(cfg) -> None:
 
 
 @_locked
-def run_generate(cfg, target=None) -> dict:
+def run_generate(cfg, target=None, capture=None) -> dict:
     refuse_input_inside(cfg)
     if (cfg.out / "manifest.json").exists() and not cfg.resume:
         raise EaglewireError(f"{cfg.out}: already holds a dataset; pass --resume or choose a new --out")
@@ -174,7 +177,7 @@ def run_generate(cfg, target=None) -> dict:
     target = target or _load(cfg)
     convs, counts = _prompts_everywhere(cfg, target)
     path, share = _answers_file(cfg)
-    stats = _agree(generate_responses, target, convs, path, s, resume=cfg.resume, share=share)
+    stats = _agree(generate_responses, target, convs, path, s, resume=cfg.resume, share=share, capture=capture)
     return _finish_generate(cfg, _gen_result(counts, stats, s.as_dict()))
 
 
@@ -262,6 +265,7 @@ def _generate_via_server(cfg, s) -> dict:
 
 @_locked
 def run_extract(cfg, target=None) -> dict:
+    """Capture the features of every answer into shards (read from `gencapture/` where generation kept them)."""
     refuse_foreign_shards(cfg.data)
     # every stored answer or an error: a cut last line is damage here, not a row still being written
     rows = [r for r in read_jsonl(cfg.data / RESPONSES, tolerate_partial_tail=False, check=response_problem)
@@ -311,7 +315,11 @@ def _extract_everywhere(cfg, target, rows: list[dict], s, gen: dict) -> Manifest
     rank, world = rank_world()
     _agree(check_ranks, cfg.data, world)
     if not distributed():
-        man = extract(target, rows, cfg.data, s, gen, resume=cfg.resume)
+        pts = parse_points(s.points, target.num_layers)
+        kept = GenCaptured(InProcessCapture(target, pts), cfg.data, target, pts, s.dtype) \
+            if (cfg.data / GENCAPTURE).is_dir() else None
+        man = extract(target, rows, cfg.data, s, gen, resume=cfg.resume, capture_with=kept)
+        remove_gencapture(cfg.data)  # the shards hold everything now
     else:
         mine = [r for r in rows if r["index"] % world == rank]
         _agree(extract, target, mine, rank_dir(cfg.data, rank), s, gen, resume=cfg.resume)
@@ -381,7 +389,7 @@ def run_build(cfg: DataBuildConfig) -> dict:
 
             res["generate"] = generate_on_vllm(cfg, lambda url: run_generate(dataclasses.replace(gcfg, server=url)))
         else:
-            res["generate"] = run_generate(gcfg, target)
+            res["generate"] = run_generate(gcfg, target, capture=_gen_capture(cfg, target))
     ex = {k: getattr(cfg, k) for k in DataExtractConfig.__dataclass_fields__ if k != "data" and hasattr(cfg, k)}
     ecfg = config_from_dict(DataExtractConfig, {**ex, "data": cfg.out})
     if not complete_and_intact(cfg.out):
@@ -390,6 +398,13 @@ def run_build(cfg: DataBuildConfig) -> dict:
     if is_main():
         save_config(cfg, cfg.out / "build.config.json")
     return res
+
+
+def _gen_capture(cfg: DataBuildConfig, target) -> GenCapture | None:
+    """Features kept while generating (data/gencapture.py), where nothing stands against it."""
+    if not cfg.gen_capture or cfg.server is not None or distributed() or why_not_gencapture(target.model.config):
+        return None
+    return GenCapture(target, cfg.out, point_option(cfg.points, target.num_layers), cfg.store_dtype)
 
 
 def info(d: Path, verify: bool = True) -> dict:

@@ -37,13 +37,18 @@ def hook_module(model, point: Point) -> torch.nn.Module:
 
 
 @contextmanager
-def capturing(model, points: list[Point]):
-    """Yield a dict filled with {point name: tensor [B, T, H]} by each forward inside."""
-    store: dict[str, torch.Tensor] = {}
+def capturing(model, points: list[Point], history: bool = False):
+    """Yield a dict filled with {point name: tensor [B, T, H]} by each forward inside; with `history`,
+    {point name: [tensor per forward]} (batched generation keeps every step, data/gencapture.py)."""
+    store: dict = {}
     handles = []
     for p in points:
         def hook(_mod, _args, out, name=p.name):
-            store[name] = out[0] if isinstance(out, tuple) else out  # [B, T, H]
+            got = out[0] if isinstance(out, tuple) else out  # [B, T, H]
+            if history:
+                store.setdefault(name, []).append(got)
+            else:
+                store[name] = got
         handles.append(hook_module(model, p).register_forward_hook(hook))
     try:
         yield store

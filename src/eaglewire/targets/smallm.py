@@ -33,6 +33,7 @@ from eaglewire.targets.load import cache_dir
 
 MAX_ROWS = 16  # the kernel's row counts: 1..MAX_ROWS (a tree of 7 plus a lookup branch of 6 fits)
 SOURCE = Path(__file__).resolve().parent / "kernels" / "smallm.cpp"
+SOURCES = (SOURCE, SOURCE.parent / "lean_layer.cpp")  # the products, and one decoder layer around them
 _STATE: dict[str, object] = {}
 
 
@@ -51,15 +52,16 @@ def unavailable_reason() -> str | None:
         return f"not an x86-64 CPU ({platform.machine()})"
     if _capability() not in ("AVX2", "AVX512"):
         return f"CPU capability {_capability()} (AVX2 needed)"
-    if not SOURCE.is_file():
-        return f"{SOURCE} missing"
+    missing = [p for p in SOURCES if not p.is_file()]
+    if missing:
+        return f"{missing[0]} missing"
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         return "no C++ compiler on PATH"
     return None
 
 
 def kernel_key() -> str:
-    h = hashlib.sha256(SOURCE.read_bytes())
+    h = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES))
     h.update(f"{torch.__version__}|{_capability()}|{sys.version_info[:2]}".encode())
     return h.hexdigest()[:12]
 
@@ -81,7 +83,7 @@ def _build():
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            mod = load(name=name, sources=[str(SOURCE)], build_directory=str(build), verbose=False,
+            mod = load(name=name, sources=[str(p) for p in SOURCES], build_directory=str(build), verbose=False,
                        extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"])
     finally:
         os.environ["PATH"] = path

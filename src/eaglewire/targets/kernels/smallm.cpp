@@ -108,4 +108,16 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tens
   return y;
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("linear", &linear, "y = x W^T (+ b), 1..16 rows, fp32 AVX2"); }
+// lean_layer.cpp: one decoder layer around these products
+torch::Tensor lean_layer(torch::Tensor x, torch::Tensor ln1, double eps1, torch::Tensor wqkv,
+                         c10::optional<torch::Tensor> bqkv, c10::optional<torch::Tensor> q_norm,
+                         c10::optional<torch::Tensor> k_norm, double eps_qk, torch::Tensor wo,
+                         c10::optional<torch::Tensor> bo, torch::Tensor ln2, double eps2, torch::Tensor wgu,
+                         c10::optional<torch::Tensor> bgu, torch::Tensor wd, c10::optional<torch::Tensor> bd,
+                         torch::Tensor kbuf, torch::Tensor vbuf, int64_t past, torch::Tensor cos, torch::Tensor sin,
+                         c10::optional<torch::Tensor> blocked, int64_t hq, int64_t hk, int64_t D, double scale);
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("linear", &linear, "y = x W^T (+ b), 1..16 rows, fp32 AVX2");
+  m.def("lean_layer", &lean_layer, "one Llama-family decoder layer for 1..16 tokens (lean_layer.cpp)");
+}

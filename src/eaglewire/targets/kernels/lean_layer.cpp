@@ -1,0 +1,139 @@
+// One Llama-family decoder layer for 1..16 new tokens of one sequence, fp32, in one call.
+//
+// Why: with the thin-matrix products at the memory bound (~22 ms for the default target's stack on
+// 2 cores), the rest of a lean decode step was ~17 ms of small tensor ops: ~25 per layer, each a
+// Python frame, a dispatcher call and often a wake-up of the second thread, for vectors of 576
+// floats. Here RMSNorm, Qwen3's per-head q/k norms, rotary, the KV-cache write, grouped-query
+// attention, SiLU-and-multiply and both residual adds run as plain loops between the four weight
+// products (which call the kernel of smallm.cpp directly); llama.cpp's CPU path is built the same way.
+//
+// Numerics: the same fp32 formulas as transformers (RMSNorm with the weight applied after the
+// normalisation, softmax after subtracting the row maximum); sums run in another order, so results
+// equal transformers to float rounding (tests/targets/test_lean.py compares every path).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias);  // smallm.cpp
+
+namespace {
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  int64_t k = 0;
+  __m256 acc = _mm256_setzero_ps();
+  for (; k + 8 <= n; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  float r = _mm_cvtss_f32(s);
+  for (; k < n; ++k) r += a[k] * b[k];
+  return r;
+}
+
+inline void axpy(float a, const float* x, float* y, int64_t n) {  // y += a * x
+  int64_t k = 0;
+  const __m256 av = _mm256_set1_ps(a);
+  for (; k + 8 <= n; k += 8) _mm256_storeu_ps(y + k, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k)));
+  for (; k < n; ++k) y[k] += a * x[k];
+}
+
+// y = w * x / sqrt(mean(x^2) + eps), per row of n floats (transformers' LlamaRMSNorm in fp32)
+inline void rms(const float* x, const float* w, float* y, int64_t n, float eps) {
+  const float r = 1.f / std::sqrt(dot(x, x, n) / static_cast<float>(n) + eps);
+  for (int64_t k = 0; k < n; ++k) y[k] = w[k] * (x[k] * r);
+}
+
+torch::Tensor rows_rms(const torch::Tensor& x, const torch::Tensor& w, double eps) {  // [N, H]
+  auto y = torch::empty_like(x);
+  const int64_t n = x.size(0), h = x.size(1);
+  for (int64_t m = 0; m < n; ++m) rms(x.data_ptr<float>() + m * h, w.data_ptr<float>(), y.data_ptr<float>() + m * h, h,
+                                      static_cast<float>(eps));
+  return y;
+}
+
+}  // namespace
+
+// x [N, H] -> the layer's output [N, H]. qkv/gate_up are the fused products; kbuf/vbuf the cache's buffers
+// [1, Hk, cap, D] with room for past + N rows (rows past.. are written here); cos/sin [N, D] with rotate_half's
+// sign folded into sin; blocked bool [N, past + N] (True = may not attend), or none: every key.
+torch::Tensor lean_layer(torch::Tensor x, torch::Tensor ln1, double eps1, torch::Tensor wqkv,
+                         c10::optional<torch::Tensor> bqkv, c10::optional<torch::Tensor> q_norm,
+                         c10::optional<torch::Tensor> k_norm, double eps_qk, torch::Tensor wo,
+                         c10::optional<torch::Tensor> bo, torch::Tensor ln2, double eps2, torch::Tensor wgu,
+                         c10::optional<torch::Tensor> bgu, torch::Tensor wd, c10::optional<torch::Tensor> bd, torch::Tensor kbuf, torch::Tensor vbuf,
+                         int64_t past, torch::Tensor cos, torch::Tensor sin, c10::optional<torch::Tensor> blocked,
+                         int64_t hq, int64_t hk, int64_t D, double scale) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kFloat, "x [N, H] fp32 expected");
+  TORCH_CHECK(kbuf.is_contiguous() && vbuf.is_contiguous() && kbuf.size(1) == hk && kbuf.size(3) == D,
+              "cache buffers [1, Hk, cap, D] expected");
+  const int64_t N = x.size(0), T = past + N, cap = kbuf.size(2), W = (hq + 2 * hk) * D, half = D / 2;
+  TORCH_CHECK(T <= cap, "cache buffers too small");
+  TORCH_CHECK(cos.size(0) == N && cos.size(1) == D && sin.size(0) == N && sin.size(1) == D, "cos/sin [N, D] expected");
+  const uint8_t* blk = nullptr;
+  if (blocked.has_value() && blocked->defined()) {
+    TORCH_CHECK(blocked->is_contiguous() && blocked->size(0) == N && blocked->size(1) == T, "blocked [N, P+N] expected");
+    blk = reinterpret_cast<const uint8_t*>(blocked->data_ptr<bool>());
+  }
+  auto qkv = ::linear(rows_rms(x, ln1, eps1), wqkv, bqkv);  // [N, (Hq + 2 Hk) D]
+  float* p = qkv.data_ptr<float>();
+  float* kb = kbuf.data_ptr<float>();
+  float* vb = vbuf.data_ptr<float>();
+  const float* cs = cos.data_ptr<float>();
+  const float* sn = sin.data_ptr<float>();
+  std::vector<float> tmp(D);
+  for (int64_t m = 0; m < N; ++m) {
+    for (int64_t h = 0; h < hq + hk; ++h) {  // q and k heads: per-head norm (Qwen3), then rotary
+      float* v = p + m * W + h * D;
+      const auto& nw = h < hq ? q_norm : k_norm;
+      if (nw.has_value() && nw->defined()) rms(v, nw->data_ptr<float>(), v, D, static_cast<float>(eps_qk));
+      for (int64_t i = 0; i < D; ++i) tmp[i] = v[i] * cs[m * D + i] + v[(i + half) % D] * sn[m * D + i];
+      std::copy(tmp.begin(), tmp.end(), v);
+    }
+    for (int64_t g = 0; g < hk; ++g) {
+      std::copy_n(p + m * W + (hq + g) * D, D, kb + (g * cap + past + m) * D);
+      std::copy_n(p + m * W + (hq + hk + g) * D, D, vb + (g * cap + past + m) * D);
+    }
+  }
+  auto attn = torch::zeros({N, hq * D}, x.options());
+  float* out = attn.data_ptr<float>();
+  const int64_t group = hq / hk;
+  at::parallel_for(0, hq * N, 1, [&](int64_t a, int64_t b) {
+    std::vector<float> s(T);
+    for (int64_t idx = a; idx < b; ++idx) {
+      const int64_t h = idx / N, m = idx % N, g = h / group;
+      const float* q = p + m * W + h * D;
+      const float* K = kb + g * cap * D;
+      const float* V = vb + g * cap * D;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < T; ++j) {
+        s[j] = (blk && blk[m * T + j]) ? -std::numeric_limits<float>::infinity()
+                                       : dot(q, K + j * D, D) * static_cast<float>(scale);
+        mx = std::max(mx, s[j]);
+      }
+      float sum = 0.f;
+      for (int64_t j = 0; j < T; ++j) {
+        s[j] = std::isinf(s[j]) ? 0.f : std::exp(s[j] - mx);
+        sum += s[j];
+      }
+      float* o = out + m * hq * D + h * D;
+      for (int64_t j = 0; j < T; ++j)
+        if (s[j] != 0.f) axpy(s[j] / sum, V + j * D, o, D);
+    }
+  });
+  auto x1 = x + ::linear(attn, wo, bo);  // [N, H]
+  auto gu = ::linear(rows_rms(x1, ln2, eps2), wgu, bgu);  // [N, 2I]
+  const int64_t I = gu.size(1) / 2;
+  auto act = torch::empty({N, I}, x.options());
+  const float* g = gu.data_ptr<float>();
+  float* a = act.data_ptr<float>();
+  for (int64_t m = 0; m < N; ++m)
+    for (int64_t i = 0; i < I; ++i) {
+      const float z = g[m * 2 * I + i];
+      a[m * I + i] = z / (1.f + std::exp(-z)) * g[m * 2 * I + I + i];
+    }
+  return x1.add_(::linear(act, wd, bd));
+}
