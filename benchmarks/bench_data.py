@@ -1,4 +1,5 @@
-"""Data-stage benchmark: extraction vs bare forward, batched vs batch-1 generation.
+"""Data-stage benchmark: extraction vs bare forward, batched vs batch-1 generation, and `data build` with the
+features kept while generating vs a second forward (--gencapture-prompts N).
 
 Measured side by side in one process on the same batches; prints a table and,
 with --json, a JSON result. Usage:
@@ -105,6 +106,29 @@ def bench_generate_kernels(t, n: int, max_new: int, batch: int, rounds: int = 2)
             "ratio_eaglewire_vs_transformers": secs["transformers"] / secs["eaglewire"]}
 
 
+def bench_gencapture(n: int, max_new: int, batch: int, target: str) -> dict:
+    """Whole `data build` runs, features kept while generating (on) or by extraction's forward (off), ABBA order."""
+    from eaglewire.data.config import DataBuildConfig
+    from eaglewire.data.pipeline import run_build
+
+    secs: dict[str, list] = {"on": [], "off": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        prompts = Path(tmp) / "p.jsonl"
+        prompts.write_text("".join(json.dumps({"prompt": PROMPTS[i % len(PROMPTS)] + f" ({i})"}) + "\n"
+                                   for i in range(n)))
+        for k, mode in enumerate(("on", "off", "off", "on")):
+            t0 = time.perf_counter()
+            res = run_build(DataBuildConfig(out=Path(tmp) / f"ds{k}", target=target, prompts=prompts,
+                                            max_new_tokens=max_new, batch_size=batch, device="cpu",
+                                            gen_capture=mode == "on"))
+            secs[mode].append({"seconds": time.perf_counter() - t0, "extract_seconds": res["extract"]["seconds"],
+                               "tokens": res["extract"]["num_tokens"], "new_tokens": res["generate"]["new_tokens"]})
+    tot = {m: sum(r["seconds"] for r in v) for m, v in secs.items()}
+    return {"prompts": n, "max_new_tokens": max_new, "batch": batch, "runs": secs,
+            "answer_tokens_per_min": {m: 60 * sum(r["new_tokens"] for r in secs[m]) / tot[m] for m in tot},
+            "ratio_on_vs_off": tot["off"] / tot["on"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--target", default="default")
@@ -113,13 +137,23 @@ def main() -> None:
     ap.add_argument("--gen-tokens", type=int, default=32)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--kernels-batch", type=int, default=64, help="batch for the generate-kernels comparison (0 = skip)")
+    ap.add_argument("--gencapture-prompts", type=int, default=0,
+                    help="prompts per `data build` for the features-while-generating comparison (0 = skip)")
+    ap.add_argument("--gencapture-only", action="store_true", help="run only that comparison")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.gencapture_only:
+        out = {"target": a.target, "threads": torch.get_num_threads(),
+               "gencapture": bench_gencapture(a.gencapture_prompts or 64, 128, 64, a.target)}
+        _print_gencapture(out["gencapture"]) if not a.json else print(json.dumps(out, indent=2))
+        return
     t = load_target(a.target)
     out = {"target": a.target, "threads": torch.get_num_threads(), "extract": bench_extract(t, a.samples),
            "generate": bench_generate(t, a.gen_prompts, a.gen_tokens, a.batch)}
     if a.kernels_batch:
         out["generate_kernels"] = bench_generate_kernels(t, a.kernels_batch, 96, a.kernels_batch)
+    if a.gencapture_prompts:
+        out["gencapture"] = bench_gencapture(a.gencapture_prompts, 128, 64, a.target)
     if a.json:
         print(json.dumps(out, indent=2))
         return
@@ -133,6 +167,16 @@ def main() -> None:
         print(f"generation kernels at batch {k['batch']}: transformers generate {k['seconds']['transformers']:.1f} s, "
               f"eaglewire (prepacked linears + in-place KV cache) {k['seconds']['eaglewire']:.1f} s "
               f"-> {k['ratio_eaglewire_vs_transformers']:.2f}x")
+    if "gencapture" in out:
+        _print_gencapture(out["gencapture"])
+
+
+def _print_gencapture(g: dict) -> None:
+    on, off = (sum(r["seconds"] for r in g["runs"][m]) for m in ("on", "off"))
+    ex = sum(r["extract_seconds"] for r in g["runs"]["off"])
+    print(f"data build, {g['prompts']} prompts x {g['max_new_tokens']} tokens, twice each (ABBA): features kept while "
+          f"generating {on:.0f} s, a second forward {off:.0f} s (its extraction {ex:.0f} s) -> {g['ratio_on_vs_off']:.2f}x; "
+          f"answer tokens per minute {g['answer_tokens_per_min']['on']:.0f} vs {g['answer_tokens_per_min']['off']:.0f}")
 
 
 if __name__ == "__main__":
