@@ -80,6 +80,7 @@ class GenCapture:
         self.store_dtype = store_dtype
         self.sdtype = dtype_from_name(store_dtype, "--store-dtype")
         self.stop = assistant_end_ids(target.tokenizer)
+        self.fingerprint = _fingerprint(target)  # hashes the embedding: once, not per batch
         self.rows_written = 0
 
     @contextmanager
@@ -164,7 +165,7 @@ class GenCapture:
             "target_hidden": torch.cat([r[3] for r in part]).to(self.sdtype).cpu().contiguous(),  # [N, H]
         }
         meta = {"points": json.dumps([p.name for p in self.points]), "store_dtype": self.store_dtype,
-                "target": _fingerprint(self.target)}
+                "target": self.fingerprint}
         k = 1 + max((int(p.stem[5:]) for p in self.dir.glob("part-*.safetensors")), default=-1)
         tmp = self.dir / f".part-{k:05d}.tmp"
         save_file(tensors, str(tmp), metadata=meta)
