@@ -182,10 +182,10 @@ class LeanStack:
             if allowed is None:
                 out[w] = None
             elif w is None:
-                out[w] = ~allowed
+                out[w] = (~allowed).contiguous()  # the C++ layer reads it as a dense [N, P+N] block
             else:  # transformers' convention: attend while q - k < window (positions, so tree rows too)
                 k_pos = torch.cat([torch.arange(past, device=pos.device), pos])  # [P+N]
-                out[w] = ~(allowed & ((pos[:, None] - k_pos[None]) < w))
+                out[w] = (~(allowed & ((pos[:, None] - k_pos[None]) < w))).contiguous()
         return out
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, allowed: torch.Tensor | None,
