@@ -76,8 +76,8 @@ def main() -> None:
     a = ap.parse_args()
     out = a.out or a.run / "heldout-2turn"
     first = [r for r in read_jsonl(a.run / "heldout" / "responses.jsonl") if "messages" in r]
-    prompts = out.parent / f"{out.name}.prompts.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
+    prompts = out.parent / f"{out.name}.prompts.jsonl"
     prompts.write_text("".join(json.dumps({"messages": r["messages"][:2] + [
         {"role": "user", "content": FOLLOW_UPS[r["index"] % len(FOLLOW_UPS)]}]}) + "\n" for r in first))
     model, prov = load_checkpoint(resolve_dir(a.run / "train"))

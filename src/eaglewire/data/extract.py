@@ -22,6 +22,8 @@ from tqdm import tqdm
 
 from eaglewire.data.answers import answer_tokens, sample_ids
 from eaglewire.data.config import ExtractSettings
+from eaglewire.data.gencapture import GENCAPTURE, GenCaptured
+from eaglewire.data.gencapture import remove as remove_gencapture
 from eaglewire.data.manifest import MANIFEST, Manifest, shard_problem
 from eaglewire.infra.atomic import follow_umask, on_disk_full
 from eaglewire.infra.checksums import file_sha256
@@ -220,11 +222,14 @@ def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: di
     """Capture features for `rows` ({index, messages}) into `out_dir`; returns the manifest.
 
     `capture_with(batch)` computes ([n, P, H] features, [n, H] final norm) per sample; by
-    default the target's forward here, or a serving engine (data/extract_vllm.py).
+    default the target's forward here (reading what generation kept in `out_dir/gencapture/` first,
+    data/gencapture.py), or a serving engine (data/extract_vllm.py).
     """
     pts = parse_points(s.points, target.num_layers)
     sdtype = dtype_from_name(s.dtype, "--store-dtype")
     cap = capture_with or InProcessCapture(target, pts)
+    if capture_with is None and (out_dir / GENCAPTURE).is_dir():
+        cap = GenCaptured(cap, out_dir, target, pts, s.dtype)
     man = new_manifest(target, pts, s, gen)
     man.forward_dtype, man.capture = cap.forward_dtype, cap.provenance()
     done = _prepare_out(out_dir, man, resume)
@@ -258,6 +263,7 @@ def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: di
     man.complete = True
     man.extract_tokens_per_s = ntok / max(time.perf_counter() - t0, 1e-9)
     man.save(out_dir)
+    remove_gencapture(out_dir)  # the shards hold everything now
     return man
 
 

@@ -114,7 +114,7 @@ class GenCapture:
         tails = self._tails(rec, plan, T + S - 1)
         res = []
         for b, (row, p) in enumerate(zip(rows, plan)):
-            if p is None or row is None:
+            if p is None:  # also every row not written
                 res.append(None)
                 continue
             pad, have, seq = p

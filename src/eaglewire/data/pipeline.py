@@ -24,10 +24,9 @@ from eaglewire.data.config import (
     DataVocabConfig,
 )
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.data.extract import ExtractSettings, InProcessCapture, extract, refuse_foreign_shards
+from eaglewire.data.extract import ExtractSettings, extract, refuse_foreign_shards
 from eaglewire.data.extract_vllm import generate_on_vllm, run_vllm_extract
-from eaglewire.data.gencapture import GENCAPTURE, GenCapture, GenCaptured
-from eaglewire.data.gencapture import remove as remove_gencapture
+from eaglewire.data.gencapture import GenCapture
 from eaglewire.data.gencapture import why_not as why_not_gencapture
 from eaglewire.data.generate import GenSettings, generate_responses
 from eaglewire.data.jsonl import index_problem, read_jsonl, response_problem, rewrite_jsonl
@@ -72,7 +71,7 @@ from eaglewire.infra.paths import overlaps, require_exists
 from eaglewire.infra.ranks import distributed, is_main, local_device, rank_world
 from eaglewire.targets.fingerprint import chat_template_hash
 from eaglewire.targets.load import load_target, load_tokenizer, resolve_target_dir
-from eaglewire.targets.points import parse_points, point_option
+from eaglewire.targets.points import point_option
 
 
 def _load(cfg):
@@ -315,11 +314,7 @@ def _extract_everywhere(cfg, target, rows: list[dict], s, gen: dict) -> Manifest
     rank, world = rank_world()
     _agree(check_ranks, cfg.data, world)
     if not distributed():
-        pts = parse_points(s.points, target.num_layers)
-        kept = GenCaptured(InProcessCapture(target, pts), cfg.data, target, pts, s.dtype) \
-            if (cfg.data / GENCAPTURE).is_dir() else None
-        man = extract(target, rows, cfg.data, s, gen, resume=cfg.resume, capture_with=kept)
-        remove_gencapture(cfg.data)  # the shards hold everything now
+        man = extract(target, rows, cfg.data, s, gen, resume=cfg.resume)
     else:
         mine = [r for r in rows if r["index"] % world == rank]
         _agree(extract, target, mine, rank_dir(cfg.data, rank), s, gen, resume=cfg.resume)

@@ -58,18 +58,28 @@ class GrowingLayer(DynamicLayer):
             vb[:, :, :n_old].copy_(self.values)
         self._kbuf, self._vbuf = kb, vb
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    def room(self, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
+        """(rows held, K buffer, V buffer) with capacity for ``key_states``' rows after them; a writer
+        (``update``, or the lean forward's C++ layer) fills them and then calls :meth:`grow`."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n_old = self.keys.shape[-2] if self.keys is not None and self.keys.dim() == 4 else 0
         if n_old and not self._is_view():
             self._kbuf = self._vbuf = None  # keys were replaced: adopt them on the copy below
         self._reserve(n_old, key_states, value_states)
-        n = n_old + key_states.shape[-2]
-        self._kbuf[:, :, n_old:n].copy_(key_states)
-        self._vbuf[:, :, n_old:n].copy_(value_states)
+        return n_old, self._kbuf, self._vbuf
+
+    def grow(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Expose the first ``n`` buffered rows as keys / values."""
         self.keys, self.values = self._kbuf[:, :, :n], self._vbuf[:, :, :n]  # [B, Hk, n, D]
         return self.keys, self.values
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        n_old, kb, vb = self.room(key_states, value_states)
+        n = n_old + key_states.shape[-2]
+        kb[:, :, n_old:n].copy_(key_states)
+        vb[:, :, n_old:n].copy_(value_states)
+        return self.grow(n)
 
     def reset(self) -> None:
         self._kbuf = self._vbuf = None

@@ -96,17 +96,6 @@ class _Layer:
                 self.down.weight, self.down.bias)
 
 
-def _room(layer: GrowingLayer, n: int, proto: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layer's K/V buffers [1, Hk, cap, D] with room for n more rows (its rows kept), for the C++ layer to fill."""
-    if not layer.is_initialized:
-        layer.lazy_initialization(proto, proto)
-    n_old = layer.keys.shape[-2] if layer.keys is not None and layer.keys.dim() == 4 else 0
-    if n_old and not layer._is_view():
-        layer._kbuf = layer._vbuf = None  # replaced by a gather: adopted by the copy in _reserve
-    layer._reserve(n_old, proto, proto)
-    return layer._kbuf, layer._vbuf
-
-
 def layer_windows(config, num_layers: int) -> list[int | None]:
     """Each layer's sliding window (None: full attention), read from the config as transformers does."""
     window = getattr(config, "sliding_window", None) or None
@@ -208,10 +197,10 @@ class LeanStack:
         proto = x.new_empty(1, self.hk, n, self.dim) if fused else None
         for i, lay in enumerate(self.layers):
             if fused:
-                kb, vb = _room(cache.layers[i], n, proto)
-                x = self.fused.lean_layer(x.contiguous(), *self._args[i], kb, vb, past, cos, sin,
+                held, kb, vb = cache.layers[i].room(proto, proto)  # the C++ layer writes rows held..held+n
+                x = self.fused.lean_layer(x.contiguous(), *self._args[i], kb, vb, held, cos, sin,
                                           blocked[self.windows[i]], self.hq, self.hk, self.dim, lay.scale)
-                cache.layers[i].keys, cache.layers[i].values = kb[:, :, : past + n], vb[:, :, : past + n]
+                cache.layers[i].grow(held + n)
             else:
                 x = x + self._attend(lay, _rms(x, lay.ln1), cos, sin, cache.layers[i], blocked[self.windows[i]])
                 h = _rms(x, lay.ln2)
