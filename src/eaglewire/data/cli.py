@@ -57,11 +57,13 @@ def register(app: typer.Typer) -> None:
         def run(cfg):
             from eaglewire.data import pipeline  # lazy: the stages load torch, `--help` must not
 
+            from eaglewire.data.sharded import leave
+
             res = getattr(pipeline, name)(cfg)
-            if not is_main():  # under torchrun one rank reports the job's (summed) result
-                return
-            d = getattr(cfg, "out", None) or cfg.data
-            emit(res, cfg.json, _print if name == "run_generate" else lambda _: _human_info(pipeline.info(d, verify=False)))
+            if is_main():  # under torchrun one rank reports the job's (summed) result
+                d = getattr(cfg, "out", None) or cfg.data
+                emit(res, cfg.json, _print if name == "run_generate" else lambda _: _human_info(pipeline.info(d, verify=False)))
+            leave()  # the others wait for it: none exits while a peer still holds its connection
         return run
 
     build_command(data, "generate", DataGenerateConfig, out("run_generate"), "Regenerate answers with the target (batched, resumable).")

@@ -34,6 +34,18 @@ def _group():
     return dist
 
 
+def leave() -> None:
+    """Every rank leaves the control group together once its command has succeeded.
+
+    Why: a rank that exits while a peer still holds its gloo connection makes
+    the peer abort at interpreter exit (SIGABRT, seen under `torchrun ...
+    data extract` when rank 0 was still printing the dataset's summary).
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def gather(obj) -> list:
     if not distributed():
         return [obj]
