@@ -16,8 +16,10 @@ Measures, against a KV cache of --context tokens:
     runs); + logits at the rows a greedy
     walk typically needs (min(N, 6)); "x step" is that time over the same
     variant's N = 1 (our own plain decode step);
-* drafter step: a random EAGLE-3 drafter sized for the target, T = 1 and
-  T = top_k tokens, plus its draft-vocab head.
+* drafting: one round of a random EAGLE-3 drafter sized for the target (an
+  8192-token draft vocabulary, as the demo builds): extend by 2 accepted
+  tokens plus a top_k 3 / depth 2 tree, with the model's own step on MKL,
+  on the kernel, and as one C++ call per layer (decoding/draft_lean.py).
 Medians of --repeats runs; timings vary ~15% on a shared 2-core machine.
 """
 
@@ -38,9 +40,9 @@ except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import eaglewire.targets.smallm as smallm
+from eaglewire.decoding.draft import DraftRunner
 from eaglewire.decoding.target_runner import TargetRunner
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-from eaglewire.drafter.model import causal_mask
 from eaglewire.targets.lean import LeanStack
 from eaglewire.targets.load import load_target
 from eaglewire.targets.points import eagle3_default
@@ -119,25 +121,39 @@ def bench_target(target, context: int, repeats: int) -> dict:
     return res
 
 
-def bench_drafter(target, context: int, repeats: int, top_k: int = 4) -> dict:
-    d = min(32000, target.vocab_size)
+def bench_drafter(target, context: int, repeats: int, draft_vocab: int = 8192) -> dict:
+    """One round's drafting on a random drafter sized for the target: an extend by 2 accepted tokens and a
+    tree of the CPU default shape (top_k 3, depth 2, 7 tokens, every level expanded), three ways."""
+    d = min(draft_vocab, target.vocab_size)
     cfg = DrafterConfig.from_target_config(target.config, draft_vocab_size=d)
     dr = Eagle3Drafter(cfg).eval()
-    h = target.hidden_size
-    with torch.inference_mode():
-        feats = torch.randn(1, context, 3 * h)
-        _, kv = dr.step(torch.zeros(1, context, dtype=torch.long), dr.project(feats),
-                        torch.arange(context)[None], None, causal_mask(context))
+    width = cfg.num_aux * cfg.target_hidden_size
+    g = torch.Generator().manual_seed(0)
+    ids, feats = torch.randint(0, d, (1, 2), generator=g), torch.randn(1, 2, width, generator=g)
+    res: dict = {"draft_vocab": d}
+    for way in ("model", "kernel", "lean"):  # model step on MKL / on the kernel / one C++ call per layer
+        run = DraftRunner(dr, fast=way != "model")
+        if way == "kernel":
+            run.lean = None
+        elif way == "lean" and run.lean is None:
+            res[way] = "not built here"
+            continue
+        run.extend(torch.randint(0, d, (1, context), generator=g), torch.randn(1, context, width, generator=g))
 
-        def step(t):
-            dr.step(torch.zeros(1, t, dtype=torch.long), torch.randn(1, t, h),
-                    torch.full((1, t), context), kv, torch.ones(1, 1, t, context + t, dtype=torch.bool))
+        def extend(run=run):
+            run.extend(ids, feats)
+            run.length -= 2  # the context stays at --context rows
 
-        x = torch.randn(1, top_k, h)
-        return {"draft_vocab": d, "step_T1": median_ms(lambda: step(1), repeats),
-                f"step_T{top_k}": median_ms(lambda: step(top_k), repeats),
-                "head_T1": median_ms(lambda: dr.logits(x[:, :1]), repeats),
-                f"head_T{top_k}": median_ms(lambda: dr.logits(x), repeats)}
+        ext = median_ms(extend, repeats)
+        tree = median_ms(lambda run=run: run.tree(7, 3, 2, 7, 0.0), repeats)
+        res[way] = {"extend_T2": ext, "tree_3x2": tree, "round": round(ext + tree, 2)}
+    return res
+
+
+def _print_drafting(dm: dict) -> None:
+    print(f"drafting one round (draft vocab {dm['draft_vocab']}): extend 2 + tree 3x2, ms")
+    for way in ("model", "kernel", "lean"):
+        print(f"  {way:<7} {dm[way]}")
 
 
 def main() -> None:
@@ -146,16 +162,21 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    ap.add_argument("--drafter-only", action="store_true", help="only the drafting round (skips the target's steps)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     target = load_target(args.target)
     res = {"target": args.target, "context": args.context, "threads": torch.get_num_threads(),
-           "target_ms": bench_target(target, args.context, args.repeats),
            "drafter_ms": bench_drafter(target, args.context, args.repeats)}
+    if not args.drafter_only:
+        res["target_ms"] = bench_target(target, args.context, args.repeats)
     if args.json:
         print(json.dumps(res, indent=2))
+        return
+    _print_drafting(res["drafter_ms"])
+    if args.drafter_only:
         return
     t = res["target_ms"]
     print(f"target {args.target}, context {args.context}, {res['threads']} threads; transformers decode step "
@@ -167,7 +188,6 @@ def main() -> None:
               + " ".join(f"{t[c][n]:>8} {t[c + '_vs_own_step'][n]:>7}" for c in cols))
     if not t["kernel_available"]:
         print(f"thin-matrix kernel not measured: {t['kernel_note']}")
-    print("drafter:", res["drafter_ms"])
 
 
 if __name__ == "__main__":

@@ -166,11 +166,12 @@ def _path_prob(dr, tokens: list[int]) -> float:
     """Naive reference: the drafter's cumulative probability of a path, drafted one token at a time."""
     from eaglewire.decoding.draft import _cat_kv
 
-    h, past, prob = dr.last, dr.kv, 1.0
+    h, past, prob = dr.last, dr.real_kv(), 1.0
     for step, tok in enumerate(tokens):
         p = dr._logits(h)[0, -1].softmax(-1)  # [Dv]
         prob *= float(p[int((dr.draft_ids == tok).nonzero())])
-        h, new = dr._step([tok], h, dr.length + step, past, torch.ones(1, step + 1, dtype=torch.bool))
+        mask = torch.ones(1, 1, 1, dr.length + step + 1, dtype=torch.bool)
+        h, new = dr.drafter.step(torch.tensor([[tok]]), h, torch.tensor([[dr.length + step]]), past, mask)
         past = _cat_kv(past, new)
     return prob
 

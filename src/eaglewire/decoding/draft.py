@@ -22,9 +22,11 @@ import math
 
 import torch
 
+from eaglewire.decoding.draft_lean import DraftCache, LeanDraft
 from eaglewire.decoding.tree import DraftTree
 from eaglewire.drafter.model import KV, Eagle3Drafter, causal_mask
 from eaglewire.targets.fastlinear import FastLinear, packed_linears
+from eaglewire.targets.smallm import MAX_ROWS
 
 
 def _cat_kv(a: list[KV] | None, b: list[KV]) -> list[KV]:
@@ -34,7 +36,14 @@ def _cat_kv(a: list[KV] | None, b: list[KV]) -> list[KV]:
 
 
 class DraftRunner:
-    """Drafter state for one sequence: real KV for positions 0..length-1 and the last hidden."""
+    """Drafter state for one sequence: real KV for positions 0..length-1 and the last hidden.
+
+    The KV lives in growing buffers (:class:`DraftCache`): a round's draft
+    entries are written after the real ones and simply overwritten by the
+    next :meth:`extend`. Where the thin-matrix kernel was built, each drafter
+    layer is one C++ call (:class:`LeanDraft`); else the model's own
+    :meth:`Eagle3Drafter.step` runs on views of the same buffers.
+    """
 
     def __init__(self, drafter: Eagle3Drafter, fast: bool = True):
         self.drafter, self.fast = drafter, fast
@@ -43,12 +52,36 @@ class DraftRunner:
         p = next(drafter.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.draft_ids = drafter.draft_target_ids()  # [Dv] target id of each draft id
+        self.lean = LeanDraft.build(drafter) if fast else None
+        self.cache = DraftCache(drafter)
         self.reset()
 
     def reset(self) -> None:
-        self.kv: list[KV] | None = None
         self.length = 0  # real entries = committed tokens - 1
         self.last: torch.Tensor | None = None  # [1, 1, H] hidden output at position length-1
+
+    def real_kv(self) -> list[KV] | None:
+        """Per layer, the keys and values of the real entries ``[1, Hk, length, D]`` (views)."""
+        return self.cache.past(self.length)
+
+    def _run(self, ids: torch.Tensor, hidden: torch.Tensor, pos: torch.Tensor, used: int,
+             allowed: torch.Tensor | None) -> torch.Tensor:
+        """The drafter's layers on T new tokens after ``used`` cached rows; their K/V are written at rows
+        used..used+T. ids [1, T]; hidden [1, T, H]; pos [T]; allowed bool [T, used+T] (None: every cached
+        key, causal among the new ones). Returns the fed-back hidden [1, T, H]."""
+        t = ids.shape[1]
+        if allowed is None and t > 1:
+            allowed = causal_mask(t, used, device=self.device)[0, 0]
+        self.cache.room(used + t)
+        if self.lean is not None and t <= MAX_ROWS:  # a prompt's extend takes the model's step below
+            blocked = None if allowed is None else (~allowed.to(self.device)).contiguous()
+            return self.lean.step(ids, hidden, pos, self.cache, used, blocked)
+        mask = (torch.ones(t, used + t, dtype=torch.bool, device=self.device) if allowed is None
+                else allowed.to(self.device))[None, None]  # [1, 1, T, used+T]
+        with packed_linears(self.drafter, self.fast):
+            out, new = self.drafter.step(ids, hidden, pos[None], self.cache.past(used), mask)
+        self.cache.write(used, new)
+        return out
 
     @torch.inference_mode()
     def extend(self, next_tokens: torch.Tensor, feats: torch.Tensor) -> None:
@@ -57,28 +90,25 @@ class DraftRunner:
         next_tokens: [1, T] target ids; feats: [1, T, A*Ht] target features.
         """
         t = next_tokens.shape[1]
-        hidden = self.drafter.project(feats.to(self.dtype))  # [1, T, H]
-        pos = torch.arange(self.length, self.length + t, device=self.device)[None]  # [1, T]
-        mask = causal_mask(t, self.length, device=self.device)  # [1, 1, T, P+T]
-        with packed_linears(self.drafter, self.fast):
-            out, new = self.drafter.step(next_tokens.to(self.device), hidden, pos, self.kv, mask)
-        self.kv = _cat_kv(self.kv, new)
+        with packed_linears(self.drafter.fc, self.fast):
+            hidden = self.drafter.project(feats.to(self.dtype))  # [1, T, H]
+        pos = torch.arange(self.length, self.length + t, device=self.device)  # [T]
+        out = self._run(next_tokens.to(self.device), hidden, pos, self.length, None)
         self.length += t
         self.last = out[:, -1:]  # [1, 1, H]
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.head(self.drafter.head_input(hidden)).float()  # [..., Dv], = drafter.logits
 
-    def _step(self, tokens: list[int], hidden: torch.Tensor, pos: int, past: list[KV] | None,
-              tree_cols: torch.Tensor) -> tuple[torch.Tensor, list[KV]]:
-        """Draft step for k nodes at one depth. tree_cols: bool [k, C+k] over the temporary cache."""
+    def _step(self, tokens: list[int], hidden: torch.Tensor, pos: int, cols: int,
+              tree_cols: torch.Tensor) -> torch.Tensor:
+        """Draft step for k nodes at one depth after ``cols`` draft entries of this round.
+        tree_cols: bool [k, cols+k] over those entries and the k new ones."""
         k = len(tokens)
         ids = torch.tensor([tokens], device=self.device)  # [1, k]
-        prefix = torch.ones(k, self.length, dtype=torch.bool, device=self.device)
-        mask = torch.cat([prefix, tree_cols.to(self.device)], 1)[None, None]  # [1, 1, k, P+C+k]
-        position = torch.full((1, k), pos, device=self.device)
-        with packed_linears(self.drafter, self.fast):
-            return self.drafter.step(ids, hidden, position, past, mask)
+        prefix = torch.ones(k, self.length, dtype=torch.bool)
+        allowed = torch.cat([prefix, tree_cols], 1)  # [k, P+cols+k]
+        return self._run(ids, hidden, torch.full((k,), pos, device=self.device), self.length + cols, allowed)
 
     @torch.inference_mode()
     def chain(self, root: int, depth: int, sample=None, min_prob: float = 0.0) -> DraftTree:
@@ -90,7 +120,7 @@ class DraftRunner:
         distribution only, so sampling stays lossless.
         """
         tree = DraftTree(root=root)
-        h, past = self.last, self.kv
+        h = self.last
         cum = 1.0
         for step in range(depth):
             logits = self._logits(h)[0, -1]  # [Dv]
@@ -111,8 +141,7 @@ class DraftRunner:
             if step == depth - 1:
                 break
             cols = torch.ones(1, step + 1, dtype=torch.bool)
-            h, new = self._step([tok], h, self.length - 1 + step + 1, past, cols)
-            past = _cat_kv(past, new)
+            h = self._step([tok], h, self.length + step, step, cols)
         return tree
 
     def _to_target_vocab(self, p: torch.Tensor) -> torch.Tensor:
@@ -145,7 +174,7 @@ class DraftRunner:
         scores, parents, anc = s.tolist(), [-1] * k, [[i] for i in range(k)]
         frontier = list(range(k))
         hidden = self.last.expand(1, k, -1)  # [1, k, H]
-        past, cols, kv_col = self.kv, 0, {}
+        cols, kv_col = 0, {}
         floor = math.log(min_prob) if min_prob > 0 else -math.inf
         for level in range(2, depth + 1):
             if max(scores[f] for f in frontier) < floor:
@@ -156,8 +185,8 @@ class DraftRunner:
                     m[j, kv_col[a]] = True
                 m[j, cols + j] = True
                 kv_col[f] = cols + j
-            out, new = self._step([toks[f] for f in frontier], hidden, self.length + level - 2, past, m)
-            past, cols = _cat_kv(past, new), cols + k
+            out = self._step([toks[f] for f in frontier], hidden, self.length + level - 2, cols, m)
+            cols += k
             cs, ci = self._logits(out)[0].log_softmax(-1).topk(k, dim=-1)  # [k, k]
             cum = torch.tensor([scores[f] for f in frontier], device=cs.device)[:, None] + cs  # [k, k]
             first = len(toks)

@@ -43,6 +43,9 @@ from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.chat import encode, render
 
 
+PREFETCH_ROWS = 6  # target logits computed in the verify's one head call (DraftTree.prefetch)
+
+
 def default_min_prob(device) -> float:
     """The confidence threshold for drafts on ``device`` when none is given (see the module docstring)."""
     return MIN_PROB.get(torch.device(device).type, 0.0)
@@ -264,7 +267,7 @@ class SpecEngine:
         chain = tree.is_chain()
         hidden, feats = self.runner.forward(
             x, tree.position_ids(self.runner.length, dev), None if chain else tree.ancestor_mask(dev))
-        rows = _RowLogits(self.runner, hidden, tree.main_path())
+        rows = _RowLogits(self.runner, hidden, tree.prefetch(PREFETCH_ROWS))
         if cfg.temperature == 0:
             path, bonus = walk_greedy(tree, rows)
         else:

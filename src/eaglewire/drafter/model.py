@@ -405,7 +405,7 @@ class Eagle3Drafter(nn.Module):
             features = self.input_norm(features)
         return self.fc(features)
 
-    def _fed_back(self, hidden: torch.Tensor) -> torch.Tensor:
+    def fed_back(self, hidden: torch.Tensor) -> torch.Tensor:
         """What the next draft step reads: the layer output, or with ``norm_output`` its normed form."""
         return self.norm(hidden) if self.config.norm_output else hidden
 
@@ -436,7 +436,7 @@ class Eagle3Drafter(nn.Module):
             past = None if past_kv is None else past_kv[i]
             hidden, kv = layer(hidden, embeds if i == 0 else None, cos, sin, past, mask)
             new_kv.append(kv)
-        return self._fed_back(hidden), new_kv
+        return self.fed_back(hidden), new_kv
 
     def step_ttt(
         self,
@@ -468,7 +468,7 @@ class Eagle3Drafter(nn.Module):
                 hidden, embeds if i == 0 else None, cos, sin, None, None, ttt_steps=ttt_cache[i]
             )
             new_kv.append(kv)
-        return self._fed_back(hidden), new_kv
+        return self.fed_back(hidden), new_kv
 
     def head_input(self, hidden: torch.Tensor) -> torch.Tensor:
         """What lm_head reads from a step's output ``[B, T, H]``: normed once, whichever form was fed back."""

@@ -76,15 +76,20 @@ def _rms(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
     return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
 
 
-class _Layer:
-    def __init__(self, layer):
+class LeanWeights:
+    """One decoder layer's weights as the lean forward reads them: fused q/k/v and gate/up products.
+
+    ``scale``: the attention's softmax scale where the module does not hold it as ``scaling``.
+    """
+
+    def __init__(self, layer, scale: float | None = None):
         attn, mlp = layer.self_attn, layer.mlp
         self.qkv = _fused([attn.q_proj, attn.k_proj, attn.v_proj])
         self.o = FastLinear(attn.o_proj.weight, attn.o_proj.bias, min_rows=2, pack=False)
         self.gate_up = _fused([mlp.gate_proj, mlp.up_proj])
         self.down = FastLinear(mlp.down_proj.weight, mlp.down_proj.bias, min_rows=2, pack=False)
         self.ln1, self.ln2 = layer.input_layernorm, layer.post_attention_layernorm
-        self.scale = float(attn.scaling)
+        self.scale = float(attn.scaling if scale is None else scale)
         self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)  # Qwen3: per head
 
     def fused_args(self) -> tuple:
@@ -94,6 +99,35 @@ class _Layer:
         return (self.ln1.weight, self.ln1.variance_epsilon, self.qkv.weight, self.qkv.bias, *qn, self.o.weight,
                 self.o.bias, self.ln2.weight, self.ln2.variance_epsilon, self.gate_up.weight, self.gate_up.bias,
                 self.down.weight, self.down.bias)
+
+
+class RopeRows:
+    """cos and sign-folded sin rows [N, D] (rotate_half's minus folded in) from a model's own rotary module.
+
+    Rotary types whose table does not depend on the sequence length read a table computed once per
+    capacity; the others call the module for the rows asked.
+    """
+
+    def __init__(self, rotary_emb, dim: int):
+        self.rotary, self.dim = rotary_emb, dim
+        self.static = getattr(rotary_emb, "rope_type", "default") in STATIC_ROPE
+        self._cos = self._sin = None  # [cap, D] tables, grown on demand
+
+    def __call__(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows for positions ``pos`` [N]; ``x`` gives the device and dtype."""
+        if not self.static:
+            return self._signed(*self.rotary(x, pos[None]))
+        need = int(pos.max()) + 1
+        if self._cos is None or self._cos.shape[0] < need:
+            cap = max(2 * need, 1024)
+            grid = torch.arange(cap, device=x.device)[None]  # [1, cap]
+            self._cos, self._sin = self._signed(*self.rotary(x, grid))
+        return self._cos.index_select(0, pos), self._sin.index_select(0, pos)
+
+    def _signed(self, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        sin = sin[0].clone()  # [T, D]
+        sin[:, : self.dim // 2].neg_()
+        return cos[0].contiguous(), sin
 
 
 def layer_windows(config, num_layers: int) -> list[int | None]:
@@ -113,35 +147,16 @@ class LeanStack:
         self.hq = config.num_attention_heads
         self.hk = getattr(config, "num_key_value_heads", None) or self.hq
         self.dim = getattr(config, "head_dim", None) or config.hidden_size // self.hq
-        self.layers = [_Layer(layer) for layer in base.layers]
+        self.layers = [LeanWeights(layer) for layer in base.layers]
         self.windows = layer_windows(config, len(self.layers))
-        rope = getattr(base.rotary_emb, "rope_type", "default")
-        self.static_rope = rope in STATIC_ROPE
-        self._cos = self._sin = None  # [cap, D] tables, grown on demand
+        self.rope = RopeRows(base.rotary_emb, self.dim)
         # one C++ call per layer (kernels/lean_layer.cpp) where the kernel was built; else the ops below
         kernel = smallm_kernel()
         self.fused = kernel if hasattr(kernel, "lean_layer") and all(
             f.kernel is not None for lay in self.layers for f in (lay.qkv, lay.o, lay.gate_up, lay.down)) else None
         self._args = [lay.fused_args() for lay in self.layers] if self.fused is not None else None
 
-    def _rope_rows(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sign-folded sin rows [N, D] for positions ``pos`` [N] (rotate_half's minus folded in)."""
-        if not self.static_rope:
-            return self._signed(*self.base.rotary_emb(x, pos[None]))
-        need = int(pos.max()) + 1
-        if self._cos is None or self._cos.shape[0] < need:
-            cap = max(2 * need, 1024)
-            grid = torch.arange(cap, device=x.device)[None]  # [1, cap]
-            self._cos, self._sin = self._signed(*self.base.rotary_emb(x, grid))
-        return self._cos.index_select(0, pos), self._sin.index_select(0, pos)
-
-    def _signed(self, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        half = self.dim // 2
-        sin = sin[0].clone()  # [T, D]
-        sin[:, :half].neg_()
-        return cos[0].contiguous(), sin
-
-    def _attend(self, lay: _Layer, x: torch.Tensor, cos, sin, cache_layer, blocked) -> torch.Tensor:
+    def _attend(self, lay: LeanWeights, x: torch.Tensor, cos, sin, cache_layer, blocked) -> torch.Tensor:
         n, hq, hk, d = x.shape[0], self.hq, self.hk, self.dim
         qkv = lay.qkv(x).view(n, hq + 2 * hk, d)  # [N, Hq+2Hk, D]
         qk = qkv[:, : hq + hk]  # [N, Hq+Hk, D]
@@ -192,14 +207,14 @@ class LeanStack:
         x = self.base.embed_tokens(input_ids[0])  # [N, H]
         if "embed" in capture:
             store[capture["embed"]] = x[None]
-        cos, sin = self._rope_rows(x, pos)
+        cos, sin = self.rope(x, pos)
         fused = self.fused is not None and all(type(c) is GrowingLayer for c in cache.layers)
         proto = x.new_empty(1, self.hk, n, self.dim) if fused else None
         for i, lay in enumerate(self.layers):
             if fused:
                 held, kb, vb = cache.layers[i].room(proto, proto)  # the C++ layer writes rows held..held+n
                 x = self.fused.lean_layer(x.contiguous(), *self._args[i], kb, vb, held, cos, sin,
-                                          blocked[self.windows[i]], self.hq, self.hk, self.dim, lay.scale)
+                                          blocked[self.windows[i]], self.hq, self.hk, self.dim, lay.scale, None)
                 cache.layers[i].grow(held + n)
             else:
                 x = x + self._attend(lay, _rms(x, lay.ln1), cos, sin, cache.layers[i], blocked[self.windows[i]])

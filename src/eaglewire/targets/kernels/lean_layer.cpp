@@ -59,14 +59,15 @@ torch::Tensor rows_rms(const torch::Tensor& x, const torch::Tensor& w, double ep
 
 // x [N, H] -> the layer's output [N, H]. qkv/gate_up are the fused products; kbuf/vbuf the cache's buffers
 // [1, Hk, cap, D] with room for past + N rows (rows past.. are written here); cos/sin [N, D] with rotate_half's
-// sign folded into sin; blocked bool [N, past + N] (True = may not attend), or none: every key.
+// sign folded into sin; blocked bool [N, past + N] (True = may not attend), or none: every key; attn_in, when
+// given, is what the q/k/v product reads instead of RMSNorm(x) (ln1 is then unused).
 torch::Tensor lean_layer(torch::Tensor x, torch::Tensor ln1, double eps1, torch::Tensor wqkv,
                          c10::optional<torch::Tensor> bqkv, c10::optional<torch::Tensor> q_norm,
                          c10::optional<torch::Tensor> k_norm, double eps_qk, torch::Tensor wo,
                          c10::optional<torch::Tensor> bo, torch::Tensor ln2, double eps2, torch::Tensor wgu,
                          c10::optional<torch::Tensor> bgu, torch::Tensor wd, c10::optional<torch::Tensor> bd, torch::Tensor kbuf, torch::Tensor vbuf,
                          int64_t past, torch::Tensor cos, torch::Tensor sin, c10::optional<torch::Tensor> blocked,
-                         int64_t hq, int64_t hk, int64_t D, double scale) {
+                         int64_t hq, int64_t hk, int64_t D, double scale, c10::optional<torch::Tensor> attn_in) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kFloat, "x [N, H] fp32 expected");
   TORCH_CHECK(kbuf.is_contiguous() && vbuf.is_contiguous() && kbuf.size(1) == hk && kbuf.size(3) == D,
               "cache buffers [1, Hk, cap, D] expected");
@@ -78,7 +79,11 @@ torch::Tensor lean_layer(torch::Tensor x, torch::Tensor ln1, double eps1, torch:
     TORCH_CHECK(blocked->is_contiguous() && blocked->size(0) == N && blocked->size(1) == T, "blocked [N, P+N] expected");
     blk = reinterpret_cast<const uint8_t*>(blocked->data_ptr<bool>());
   }
-  auto qkv = ::linear(rows_rms(x, ln1, eps1), wqkv, bqkv);  // [N, (Hq + 2 Hk) D]
+  // an EAGLE-3 drafter's first layer reads [norm(embed), norm(hidden)] (2H) while its residual is x
+  const bool own_in = attn_in.has_value() && attn_in->defined();
+  TORCH_CHECK(!own_in || (attn_in->dim() == 2 && attn_in->is_contiguous() && attn_in->size(0) == x.size(0)),
+              "attn_in [N, K] contiguous expected");
+  auto qkv = ::linear(own_in ? *attn_in : rows_rms(x, ln1, eps1), wqkv, bqkv);  // [N, (Hq + 2 Hk) D]
   float* p = qkv.data_ptr<float>();
   float* kb = kbuf.data_ptr<float>();
   float* vb = vbuf.data_ptr<float>();

@@ -115,7 +115,8 @@ torch::Tensor lean_layer(torch::Tensor x, torch::Tensor ln1, double eps1, torch:
                          c10::optional<torch::Tensor> bo, torch::Tensor ln2, double eps2, torch::Tensor wgu,
                          c10::optional<torch::Tensor> bgu, torch::Tensor wd, c10::optional<torch::Tensor> bd,
                          torch::Tensor kbuf, torch::Tensor vbuf, int64_t past, torch::Tensor cos, torch::Tensor sin,
-                         c10::optional<torch::Tensor> blocked, int64_t hq, int64_t hk, int64_t D, double scale);
+                         c10::optional<torch::Tensor> blocked, int64_t hq, int64_t hk, int64_t D, double scale,
+                         c10::optional<torch::Tensor> attn_in);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &linear, "y = x W^T (+ b), 1..16 rows, fp32 AVX2");
