@@ -56,7 +56,6 @@ def register(app: typer.Typer) -> None:
     def out(name: str):
         def run(cfg):
             from eaglewire.data import pipeline  # lazy: the stages load torch, `--help` must not
-
             from eaglewire.data.sharded import leave
 
             res = getattr(pipeline, name)(cfg)

@@ -42,7 +42,6 @@ from eaglewire.decoding.verify import sample, walk_greedy, walk_sample, warp
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.chat import encode, render
 
-
 PREFETCH_ROWS = 6  # target logits computed in the verify's one head call (DraftTree.prefetch)
 
 
