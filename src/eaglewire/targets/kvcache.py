@@ -71,7 +71,7 @@ class GrowingLayer(DynamicLayer):
 
     def grow(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Expose the first ``n`` buffered rows as keys / values."""
-        self.keys, self.values = self._kbuf[:, :, :n], self._vbuf[:, :, :n]  # [B, Hk, n, D]
+        self.keys, self.values = self._kbuf.narrow(2, 0, n), self._vbuf.narrow(2, 0, n)  # [B, Hk, n, D]
         return self.keys, self.values
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
