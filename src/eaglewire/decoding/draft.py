@@ -12,8 +12,9 @@ verified yet). The drafter's REAL cache holds one entry per t = 0..n-2, each
 computed from (f[t], x[t+1]); :meth:`DraftRunner.extend` appends the entries
 of newly accepted tokens after each verify, from the target's features of the
 accepted tokens only. Draft steps then run from the last real hidden output;
-their KV lives in a temporary cache that is thrown away after the round, so
-no drafter entry of a committed position is ever based on drafted features.
+their KV is written after the real entries and overwritten by the next
+extend, so no drafter entry of a committed position is ever based on
+drafted features.
 """
 
 from __future__ import annotations
