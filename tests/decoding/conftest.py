@@ -36,6 +36,13 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
+def cat_kv(a, b):
+    """Per layer, K/V ``[B, Hk, P, D]`` and ``[B, Hk, T, D]`` concatenated: the naive cache the references keep."""
+    if a is None:
+        return b
+    return [(torch.cat([ak, bk], 2), torch.cat([av, bv], 2)) for (ak, av), (bk, bv) in zip(a, b, strict=True)]
+
+
 def random_drafter(target, seed: int = 0, draft_vocab: int | None = None) -> Eagle3Drafter:
     """A random drafter wired to ``target`` with a reduced, non-identity draft vocab."""
     v = target.vocab_size

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import random_drafter
-from eaglewire.decoding.draft import DraftRunner, _cat_kv
+from conftest import cat_kv, random_drafter
+from eaglewire.decoding.draft import DraftRunner
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.model import causal_mask
 from eaglewire.targets.smallm import smallm_kernel
@@ -48,7 +48,7 @@ class _Reference:
         t = ids.shape[1]
         out, new = self.d.step(ids, self.d.project(feats), torch.arange(self.n, self.n + t)[None], self.kv,
                                causal_mask(t, self.n))
-        self.kv, self.n = _cat_kv(self.kv, new), self.n + t
+        self.kv, self.n = cat_kv(self.kv, new), self.n + t
         return out
 
     def draft(self, ids, hidden, pos, past, allowed):  # one tree level over past = real + earlier drafts
@@ -86,7 +86,7 @@ def test_lean_draft_equals_the_model_step(tiny_targets, arch, variant):
     lvl2 = torch.tensor([[0, 1, 0, 1, 0, 0], [1, 0, 0, 0, 1, 0], [0, 0, 1, 0, 0, 1]], dtype=torch.bool)
     out2 = runner._step([8, 9, 10], out1, runner.length + 1, 3, lvl2)
     allowed2 = torch.cat([torch.ones(3, ref.n, dtype=torch.bool), lvl2], 1)
-    want2, _ = ref.draft(torch.tensor([[8, 9, 10]]), want1, ref.n + 1, _cat_kv(ref.kv, new1), allowed2)
+    want2, _ = ref.draft(torch.tensor([[8, 9, 10]]), want1, ref.n + 1, cat_kv(ref.kv, new1), allowed2)
     torch.testing.assert_close(out2, want2, rtol=1e-4, atol=1e-4)
     # the round's draft rows are overwritten by the next extend, the real ones kept
     ids, feats = torch.tensor([[11, 12]]), torch.randn(1, 2, width, generator=g)

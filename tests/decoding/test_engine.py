@@ -164,7 +164,7 @@ def test_sliding_window_past_the_window(tiny_targets, trained_drafters, arch):
 
 def _path_prob(dr, tokens: list[int]) -> float:
     """Naive reference: the drafter's cumulative probability of a path, drafted one token at a time."""
-    from eaglewire.decoding.draft import _cat_kv
+    from conftest import cat_kv
 
     h, past, prob = dr.last, dr.real_kv(), 1.0
     for step, tok in enumerate(tokens):
@@ -172,7 +172,7 @@ def _path_prob(dr, tokens: list[int]) -> float:
         prob *= float(p[int((dr.draft_ids == tok).nonzero())])
         mask = torch.ones(1, 1, 1, dr.length + step + 1, dtype=torch.bool)
         h, new = dr.drafter.step(torch.tensor([[tok]]), h, torch.tensor([[dr.length + step]]), past, mask)
-        past = _cat_kv(past, new)
+        past = cat_kv(past, new)
     return prob
 
 

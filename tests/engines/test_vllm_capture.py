@@ -39,8 +39,10 @@ VLLM_SHAPES = {
 }
 FORWARD_DTYPE = {"deepseek_v3": "bf16"}  # the others run fp32 on both sides
 # fp32 forward and storage on both sides: sums in another order, nothing more (measured ~1e-7 on the
-# tiny targets, 1e-6 on the default target); the doctor's fp32 match tolerance is 1e-3
-FP32_TOL = 1e-5
+# tiny targets, 1e-6 on the default target; once 2.3e-5 on the tiny Llama's first slot during a full suite on
+# an Intel VM, 0 failures in reruns: vLLM's CPU reductions follow its thread split); a miswired slot is off
+# by ~1; the doctor's fp32 match tolerance is 1e-3
+FP32_TOL = 1e-4
 
 
 def _answers(root, target: str, n: int = 10, max_new_tokens: int = 40):

@@ -30,12 +30,6 @@ from eaglewire.targets.fastlinear import FastLinear, packed_linears
 from eaglewire.targets.smallm import MAX_ROWS
 
 
-def _cat_kv(a: list[KV] | None, b: list[KV]) -> list[KV]:
-    if a is None:
-        return b
-    return [(torch.cat([ak, bk], 2), torch.cat([av, bv], 2)) for (ak, av), (bk, bv) in zip(a, b, strict=True)]
-
-
 class DraftRunner:
     """Drafter state for one sequence: real KV for positions 0..length-1 and the last hidden.
 
