@@ -19,10 +19,9 @@ equal :meth:`Eagle3Drafter.step` to float rounding (tests/decoding).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from eaglewire.drafter.model import KV, Eagle3Drafter
-from eaglewire.targets.lean import LeanWeights, RopeRows
+from eaglewire.targets.lean import LeanWeights, RopeRows, rms_norm
 from eaglewire.targets.smallm import MAX_ROWS, smallm_kernel
 
 
@@ -72,10 +71,6 @@ def why_not_lean_draft(drafter: Eagle3Drafter) -> str | None:
     return None
 
 
-def _rms(x: torch.Tensor, norm) -> torch.Tensor:
-    return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
-
-
 class LeanDraft:
     """:meth:`Eagle3Drafter.step` for 1..MAX_ROWS tokens of one sequence, writing into a :class:`DraftCache`.
 
@@ -108,9 +103,9 @@ class LeanDraft:
         for i, (layer, w) in enumerate(zip(self.layers, self.weights, strict=True)):
             attn_in, residual = None, h
             if layer.eagle:
-                h_n = _rms(h, layer.hidden_norm)  # [T, H]
+                h_n = rms_norm(h, layer.hidden_norm)  # [T, H]
                 emb = self.drafter.embed_tokens(ids[0]).to(h.dtype)  # [T, H]
-                attn_in = torch.cat([_rms(emb, layer.input_layernorm), h_n], dim=-1)  # [T, 2H], embed first
+                attn_in = torch.cat([rms_norm(emb, layer.input_layernorm), h_n], dim=-1)  # [T, 2H], embed first
                 residual = h_n if layer.norm_before_residual else h
             h = self.kernel.lean_layer(residual.contiguous(), *self.args[i], cache.k[i], cache.v[i], used, cos, sin,
                                        blocked, self.hq, self.hk, self.dim, w.scale, attn_in)

@@ -71,7 +71,7 @@ def _fused(linears: list[nn.Linear]) -> FastLinear:
     return FastLinear(weight, bias, min_rows=2, pack=False)
 
 
-def _rms(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
     """transformers' RMSNorm (``weight * x / rms(x)``, fp32) in one op."""
     return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
 
@@ -161,7 +161,7 @@ class LeanStack:
         qkv = lay.qkv(x).view(n, hq + 2 * hk, d)  # [N, Hq+2Hk, D]
         qk = qkv[:, : hq + hk]  # [N, Hq+Hk, D]
         if lay.q_norm is not None:
-            qk = torch.cat([_rms(qk[:, :hq], lay.q_norm), _rms(qk[:, hq:], lay.k_norm)], dim=1)
+            qk = torch.cat([rms_norm(qk[:, :hq], lay.q_norm), rms_norm(qk[:, hq:], lay.k_norm)], dim=1)
         swapped = torch.roll(qk, d // 2, dims=-1)  # rotate_half without its sign (folded into sin)
         qk = qk * cos[:, None] + swapped * sin[:, None]  # [N, Hq+Hk, D]
         q = qk[:, :hq].transpose(0, 1).reshape(hk, (hq // hk) * n, d)  # [Hk, g*N, D] (query head h -> kv head h // g)
@@ -217,13 +217,13 @@ class LeanStack:
                                           blocked[self.windows[i]], self.hq, self.hk, self.dim, lay.scale, None)
                 cache.layers[i].grow(held + n)
             else:
-                x = x + self._attend(lay, _rms(x, lay.ln1), cos, sin, cache.layers[i], blocked[self.windows[i]])
-                h = _rms(x, lay.ln2)
+                x = x + self._attend(lay, rms_norm(x, lay.ln1), cos, sin, cache.layers[i], blocked[self.windows[i]])
+                h = rms_norm(x, lay.ln2)
                 gate, up = lay.gate_up(h).chunk(2, dim=-1)  # [N, I] each
                 x = x + lay.down(F.silu(gate).mul_(up))
             if i in capture:
                 store[capture[i]] = x[None]
-        out = _rms(x, self.base.norm)[None]  # [1, N, H]
+        out = rms_norm(x, self.base.norm)[None]  # [1, N, H]
         if "final_norm" in capture:
             store[capture["final_norm"]] = out
         return out, store
