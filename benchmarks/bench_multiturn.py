@@ -10,7 +10,8 @@ ungated, 1 + accepted per round as vLLM counts it) on the second answer only
 (the first answer's tokens are context, not scored), and on the first answers
 alone from `RUN/heldout`.
 
-Usage: python benchmarks/bench_multiturn.py --run runs/demo-quick [--out DIR] [--depth 3] [--json]
+Usage: python benchmarks/bench_multiturn.py --run runs/demo-quick [--drafter TRAIN_DIR] [--heldout DIR] [--out DIR]
+       [--depth 3] [--json]
 """
 
 from __future__ import annotations
@@ -25,13 +26,10 @@ from eaglewire.data.dataset import FeatureDataset
 from eaglewire.data.jsonl import read_jsonl
 from eaglewire.data.lossmask import render_with_mask
 from eaglewire.data.pipeline import run_build
+from eaglewire.data.turns import HELDOUT_FOLLOW_UPS
 from eaglewire.doctor.acceptance import chain_stats
 from eaglewire.export.checkpoint import load_checkpoint, resolve_dir
 from eaglewire.targets.load import load_target
-
-FOLLOW_UPS = ["Can you explain that more simply?", "Give me one concrete example of that.",
-              "Summarize your answer in two sentences.", "What is a common mistake people make here?",
-              "Why does that matter?", "Can you go into more detail on the first point?"]
 
 
 class _SecondTurnOnly:
@@ -69,26 +67,29 @@ def _second_turn_starts(tokenizer, out: Path, ds: FeatureDataset) -> dict[int, i
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, required=True, help="a demo run (its heldout/ and train/drafter)")
+    ap.add_argument("--drafter", type=Path, default=None, help="score this training run's drafter instead of RUN/train")
+    ap.add_argument("--heldout", type=Path, default=None, help="first answers to build on (default RUN/heldout)")
     ap.add_argument("--out", type=Path, default=None, help="where the two-turn held-out set goes (default RUN/heldout-2turn)")
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     out = a.out or a.run / "heldout-2turn"
-    first = [r for r in read_jsonl(a.run / "heldout" / "responses.jsonl") if "messages" in r]
+    heldout = a.heldout or a.run / "heldout"
+    first = [r for r in read_jsonl(heldout / "responses.jsonl") if "messages" in r]
     out.parent.mkdir(parents=True, exist_ok=True)
     prompts = out.parent / f"{out.name}.prompts.jsonl"
     prompts.write_text("".join(json.dumps({"messages": r["messages"][:2] + [
-        {"role": "user", "content": FOLLOW_UPS[r["index"] % len(FOLLOW_UPS)]}]}) + "\n" for r in first))
-    model, prov = load_checkpoint(resolve_dir(a.run / "train"))
+        {"role": "user", "content": HELDOUT_FOLLOW_UPS[r["index"] % len(HELDOUT_FOLLOW_UPS)]}]}) + "\n" for r in first))
+    model, prov = load_checkpoint(resolve_dir(a.drafter or a.run / "train"))
     t = load_target(prov.target.source)
     run_build(DataBuildConfig(out=out, target=prov.target.source, prompts=prompts, max_new_tokens=a.max_new_tokens,
                               batch_size=64, device="cpu", resume=out.exists()))
     head_w = t.model.get_output_embeddings().weight.detach().float()
-    one = FeatureDataset(a.run / "heldout")
+    one = FeatureDataset(heldout)
     two = FeatureDataset(out)
     starts = _second_turn_starts(t.tokenizer, out, two)
-    res = {"run": str(a.run), "depth": a.depth,
+    res = {"run": str(a.run), "drafter": str(a.drafter or a.run / "train"), "depth": a.depth,
            "first_turn": chain_stats(model, one, head_w, len(one), a.depth),
            "second_turn": chain_stats(model, _SecondTurnOnly(two, starts), head_w, len(two), a.depth)}
     if a.json:

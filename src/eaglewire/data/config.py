@@ -62,6 +62,9 @@ class _GenOptions:
     self_prompt_tokens: int = opt(64, "max tokens of each self-generated prompt", ge=1)
     topic_prompts: int = opt(0, "number of prompts composed from task types x topics (free, diverse)", ge=0)
     max_new_tokens: int = opt(GenSettings.max_new_tokens, "max tokens per regenerated answer", ge=1)
+    turns: int = opt(1, "answers per conversation: N > 1 answers each prompt, asks a follow-up question (a fixed "
+                     "table, apart from the held-out ones) and lets the target answer again, N answers in all; "
+                     "the drafter trains on every answer", ge=1, le=8)
     temperature: float = opt(GenSettings.temperature, "0 = greedy answers", ge=0)
     top_p: float = opt(GenSettings.top_p, "nucleus sampling for answers when temperature > 0", gt=0, le=1)
     # the field keeps its name (code and saved configs use it); the flag is the concept's: --batch-size

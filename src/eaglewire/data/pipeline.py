@@ -60,6 +60,7 @@ from eaglewire.data.sharded import (
     sum_results,
 )
 from eaglewire.data.topic_prompts import topic_prompts
+from eaglewire.data.turns import earlier_turns
 from eaglewire.data.vocab import build_draft_vocab, count_tokens, save_vocab
 from eaglewire.engines.http import ChatClient
 from eaglewire.infra.atomic import read_json
@@ -161,13 +162,17 @@ def run_generate(cfg, target=None, capture=None) -> dict:
     if (cfg.out / "manifest.json").exists() and not cfg.resume:
         raise EaglewireError(f"{cfg.out}: already holds a dataset; pass --resume or choose a new --out")
     # an empty answers file is what a run that failed before its first answer leaves: nothing to lose
-    if (cfg.out / RESPONSES).is_file() and (cfg.out / RESPONSES).stat().st_size and not cfg.resume:
-        raise EaglewireError(f"{cfg.out}: already holds responses; pass --resume or choose a new --out")
+    for f in [cfg.out / RESPONSES, *sorted(cfg.out.glob("responses.turn*.jsonl"))]:
+        if f.is_file() and f.stat().st_size and not cfg.resume:
+            raise EaglewireError(f"{f}: already holds responses; pass --resume or choose a new --out")
     if cfg.server is not None and cfg.self_prompts > 0:
         raise EaglewireError("--self-prompts samples from the target in this process; with --server use --prompts or --topic-prompts")
     if cfg.resume:
         recorded = recorded_generate(cfg.out)
         cfg = adopt_recorded(cfg, {k: recorded.get(k) for k in GENERATE_KEYS}, cfg.out / GENERATE_CONFIG)
+    if cfg.turns > 1 and (cfg.server is not None or distributed()):
+        raise EaglewireError(f"--turns {cfg.turns}: the earlier answers are generated in one process holding the "
+                             "target; run it without --server and without torchrun")
     cfg.out.mkdir(parents=True, exist_ok=True)
     s = GenSettings(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                     batch_size=cfg.batch_size, seed=cfg.seed, max_prompt_tokens=cfg.max_prompt_tokens)
@@ -175,9 +180,15 @@ def run_generate(cfg, target=None, capture=None) -> dict:
         return _generate_via_server(cfg, s)
     target = target or _load(cfg)
     convs, counts = _prompts_everywhere(cfg, target)
+    earlier = []
+    if cfg.turns > 1:
+        convs, earlier = earlier_turns(target, convs, cfg.out, s, cfg.turns, cfg.resume)
     path, share = _answers_file(cfg)
     stats = _agree(generate_responses, target, convs, path, s, resume=cfg.resume, share=share, capture=capture)
-    return _finish_generate(cfg, _gen_result(counts, stats, s.as_dict()))
+    res = _gen_result(counts, stats, {**s.as_dict(), "turns": cfg.turns})
+    if earlier:
+        res["earlier_turns"] = earlier
+    return _finish_generate(cfg, res)
 
 
 def _agree(fn, *args, **kwargs):

@@ -141,9 +141,12 @@ def prompt_turns(conv: Conversation) -> list[dict]:
     """Messages up to and including the last user turn: the prompt to regenerate an answer for.
 
     Choice: only the FINAL answer is regenerated. Earlier assistant turns are
-    kept as written in the dataset (they are context, not training targets
-    for this sample); regenerating them would need one sequential generation
-    per turn and would drift the conversation away from its later user turns.
+    kept as written in the dataset: context for the final answer (the loss
+    mask still covers them, and the labels are the target's own predictions
+    over them); regenerating them would need one sequential generation per
+    turn and would drift the conversation away from its later user turns.
+    `data build --turns N` makes conversations whose every answer is the
+    target's own (data/turns.py).
     """
     last = max((i for i, m in enumerate(conv.messages) if m["role"] == "user"), default=None)
     if last is None:

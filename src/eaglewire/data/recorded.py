@@ -39,7 +39,7 @@ def recorded_extract_settings(cfg):
 GENERATE_CONFIG = "generate.config.json"
 
 
-GENERATE_KEYS = ("target", "max_new_tokens", "temperature", "top_p", "seed", "max_prompt_tokens", "server")
+GENERATE_KEYS = ("target", "turns", "max_new_tokens", "temperature", "top_p", "seed", "max_prompt_tokens", "server")
 
 
 def recorded_generate(d: Path) -> dict:
