@@ -39,6 +39,9 @@ def test_kernel_equals_f_linear(kernel, m, n, k):
     x, w, b = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
     for bias in (None, b):
         torch.testing.assert_close(kernel.linear(x, w, bias), F.linear(x, w, bias), rtol=1e-5, atol=1e-4)
+        # bf16 weights (the drafter's, decoding/draft_lean.py): the sums of the same widened values
+        wb = w.bfloat16()
+        torch.testing.assert_close(kernel.linear(x, wb, bias), F.linear(x, wb.float(), bias), rtol=1e-5, atol=1e-4)
 
 
 def test_kernel_uses_every_thread_count(kernel):

@@ -67,7 +67,7 @@ def _spread(xs: list[float]) -> dict:
 
 def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
               cfg: SpecConfig | None = None, methods=METHODS, categories: list[str] | None = None,
-              repeats: int = 1, progress: bool = True) -> dict:
+              repeats: int = 1, progress: bool = True, draft_weights: str = "fp32") -> dict:
     """Every method on every prompt, interleaved per prompt (the order rotates), ``repeats`` times.
 
     Interleaving puts machine noise on all methods alike; throughput ratios are
@@ -76,7 +76,7 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
     """
     cfg = (cfg or SpecConfig()).resolved(target.device)  # so the result records the threshold used
     categories = categories or ["all"] * len(prompts)
-    engines = {"plain": SpecEngine(target), "spec": SpecEngine(target, drafter, points)}
+    engines = {"plain": SpecEngine(target), "spec": SpecEngine(target, drafter, points, draft_weights=draft_weights)}
     methods = [m for m in methods if drafter is not None or m not in ("eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup")]
     for m in methods:  # warm-up: first-call allocations and weight packing are not per-request costs
         _run_one(m, target, engines, prompts[0], min(8, max_new), cfg)
@@ -99,7 +99,8 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
     bar.close()
     res = {"max_new_tokens": max_new, "num_prompts": len(prompts), "repeats": repeats, "interleaved": True,
            "methods": {}, "config": {"depth": cfg.depth, "top_k": cfg.top_k, "tree_depth": cfg.tree_depth,
-                                      "total_tokens": cfg.total_tokens, "min_prob": cfg.min_prob}}
+                                      "total_tokens": cfg.total_tokens, "min_prob": cfg.min_prob,
+                                      "draft_weights": engines["spec"].draft.weights if drafter is not None else None}}
     base = methods[0]
     for m in methods:
         tps = [sum(ntok[m]) / sum(secs[m][r]) for r in range(repeats)]
@@ -127,14 +128,14 @@ SHAPES = ((2, 2, 5, 0.0), (3, 2, 7, 0.0), (2, 3, 7, 0.0), (3, 3, 8, 0.0), (3, 4,
 
 
 def auto_shape(target, drafter, points, prompts: list[list[int]], max_new: int, cfg: SpecConfig,
-               shapes=SHAPES) -> dict:
+               shapes=SHAPES, draft_weights: str = "fp32") -> dict:
     """Pick the tree (top_k, depth, total tokens, min_prob) with the best throughput over plain decoding.
 
     Each shape runs right after a plain run of the same prompt (noise falls on
     both alike); the score is the ratio of summed throughputs. Returns the
     winner and every shape's tau and ratio.
     """
-    engines = {"plain": SpecEngine(target), "spec": SpecEngine(target, drafter, points)}
+    engines = {"plain": SpecEngine(target), "spec": SpecEngine(target, drafter, points, draft_weights=draft_weights)}
     _run_one("eaglewire_tree", target, engines, prompts[0], 8, cfg)
     rows = []
     for k, d, n, mp in shapes:

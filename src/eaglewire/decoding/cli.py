@@ -19,7 +19,7 @@ def run_generate(cfg: DecodeConfig) -> dict:
     if not cfg.prompt.strip():
         raise EaglewireError("--prompt is empty (expected some text)")
     target, drafter, points = load_models(cfg)
-    eng = SpecEngine(target, drafter, points)
+    eng = SpecEngine(target, drafter, points, draft_weights=cfg.draft_weights)
     ids = eng.encode(cfg.prompt, chat=cfg.chat)
     spec = spec_config(cfg, cfg.mode if drafter is not None else "plain", target.device)
     res = eng.generate(ids, spec).to_dict()

@@ -14,6 +14,14 @@ formed here and handed to the call as the rows its q/k/v product reads.
 Scope, checked by :func:`why_not_lean_draft`: fp32 on CPU with the kernel
 built, the drafter's rotary a type the target's lean forward takes. Results
 equal :meth:`Eagle3Drafter.step` to float rounding (tests/decoding).
+
+``weights="bf16"`` keeps the layers' four weight matrices (and, in
+decoding/draft.py, the draft head) in bf16 for drafting. Why: between two
+target passes the drafter's ~35 MB are evicted, so every draft step streams
+them from memory again (a chain of 3 read ~110 MB a round, ~0.2 of a decode
+step); bf16 halves that. Products still sum in fp32 over the widened weights,
+so the drafts are those of the drafter with bf16-rounded weights, as GPUs
+serve it. The target's verify is untouched: outputs stay exact.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ import torch
 from eaglewire.drafter.model import KV, Eagle3Drafter
 from eaglewire.targets.lean import LeanWeights, RopeRows, rms_norm
 from eaglewire.targets.smallm import MAX_ROWS, smallm_kernel
+
+DRAFT_WEIGHTS = ("fp32", "bf16")  # what the drafter's matrices are streamed as while drafting on CPU
 
 
 class DraftCache:
@@ -79,18 +89,23 @@ class LeanDraft:
     engine).
     """
 
-    def __init__(self, drafter: Eagle3Drafter):
+    def __init__(self, drafter: Eagle3Drafter, weights: str = "fp32"):
+        if weights not in DRAFT_WEIGHTS:
+            raise ValueError(f"draft weights {weights!r}: expected one of {', '.join(DRAFT_WEIGHTS)}")
         c = drafter.config
         self.drafter, self.kernel = drafter, smallm_kernel()
         self.hq, self.hk, self.dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         self.layers = drafter.decoder_layers
         self.weights = [LeanWeights(layer, scale=c.head_dim**-0.5) for layer in self.layers]
         self.args = [w.fused_args() for w in self.weights]
+        if weights == "bf16":  # the matrices only: norm weights and biases are 1-D and stay fp32
+            self.args = [tuple(a.bfloat16() if isinstance(a, torch.Tensor) and a.dim() == 2 else a for a in args)
+                         for args in self.args]
         self.rope = RopeRows(drafter.rotary_emb, c.head_dim)
 
     @classmethod
-    def build(cls, drafter: Eagle3Drafter) -> LeanDraft | None:
-        return cls(drafter) if why_not_lean_draft(drafter) is None else None
+    def build(cls, drafter: Eagle3Drafter, weights: str = "fp32") -> LeanDraft | None:
+        return cls(drafter, weights) if why_not_lean_draft(drafter) is None else None
 
     def step(self, ids: torch.Tensor, hidden: torch.Tensor, pos: torch.Tensor, cache: DraftCache, used: int,
              blocked: torch.Tensor | None) -> torch.Tensor:

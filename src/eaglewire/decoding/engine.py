@@ -161,12 +161,12 @@ class _RowLogits:
 class SpecEngine:
     """Speculative (or plain) decoding of one request at a time on a target."""
 
-    def __init__(self, target, drafter=None, points=None, fast: bool = True):
+    def __init__(self, target, drafter=None, points=None, fast: bool = True, draft_weights: str = "fp32"):
         if drafter is not None and not points:
             raise EaglewireError("a drafter needs its capture points (provenance 'points.names')")
         self.target = target
         self.runner = TargetRunner(target, points if drafter is not None else None, fast=fast)
-        self.draft = DraftRunner(drafter, fast=fast) if drafter is not None else None
+        self.draft = DraftRunner(drafter, fast=fast, weights=draft_weights) if drafter is not None else None
 
     # ------------------------------------------------------------ prompts
     def encode(self, prompt, chat: bool = True) -> list[int]:

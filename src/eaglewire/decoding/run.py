@@ -96,12 +96,14 @@ def bench_from_config(cfg: BenchConfig) -> dict:
     prompts, cats = encode_prompt_file(SpecEngine(target), path, cfg.max_prompts, cfg.chat)
     spec_cfg, shape = spec_config(cfg, "tree", target.device), None
     if cfg.auto_shape and drafter is not None:
-        shape = auto_shape(target, drafter, points, prompts[: cfg.auto_shape], cfg.max_new_tokens, spec_cfg)
+        shape = auto_shape(target, drafter, points, prompts[: cfg.auto_shape], cfg.max_new_tokens, spec_cfg,
+                           draft_weights=cfg.draft_weights)
         b = shape["best"]
         spec_cfg.top_k, spec_cfg.tree_depth, spec_cfg.total_tokens = b["top_k"], b["tree_depth"], b["total_tokens"]
         spec_cfg.min_prob = b["min_prob"]
     res = run_bench(target, drafter, points, prompts, cfg.max_new_tokens, spec_cfg,
-                    methods=tuple(cfg.methods) or DEFAULT_METHODS, categories=cats, repeats=cfg.repeats)
+                    methods=tuple(cfg.methods) or DEFAULT_METHODS, categories=cats, repeats=cfg.repeats,
+                    draft_weights=cfg.draft_weights)
     if shape is not None:
         res["auto_shape"] = shape
     res["prompts"] = str(path)

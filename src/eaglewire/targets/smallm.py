@@ -97,9 +97,11 @@ def _self_check(mod) -> str | None:
     for m, n, k in ((1, 67, 29), (3, 64, 576), (8, 33, 100), (13, 70, 64), (16, 9, 24)):
         x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g))
         for bias in (None, b):
-            got, want = mod.linear(x, w, bias), F.linear(x, w, bias)
-            if not torch.allclose(got, want, rtol=1e-5, atol=1e-4):
-                return f"self-check failed at M={m}, N={n}, K={k} (max diff {(got - want).abs().max():.3g})"
+            for wt in (w, w.bfloat16()):  # bf16 weights are widened exactly: the same sums as fp32 of them
+                got, want = mod.linear(x, wt, bias), F.linear(x, wt.float(), bias)
+                if not torch.allclose(got, want, rtol=1e-5, atol=1e-4):
+                    return (f"self-check failed at M={m}, N={n}, K={k}, {wt.dtype} weights "
+                            f"(max diff {(got - want).abs().max():.3g})")
     return None
 
 
@@ -122,6 +124,6 @@ def smallm_kernel():
 
 
 def usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether the kernel takes this call: fp32 CPU tensors, 1..MAX_ROWS rows."""
-    return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
+    """Whether the kernel takes this call: fp32 CPU rows, fp32 or bf16 weights, 1..MAX_ROWS rows."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype in (torch.float32, torch.bfloat16)
             and 1 <= x.shape[0] <= MAX_ROWS)

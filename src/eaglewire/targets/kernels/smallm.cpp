@@ -1,4 +1,4 @@
-// y[M, N] = x[M, K] @ W[N, K]^T (+ b) for M = 1..16 rows, fp32, AVX2/FMA.
+// y[M, N] = x[M, K] @ W[N, K]^T (+ b) for M = 1..16 rows, fp32 (W fp32 or bf16), AVX2/FMA.
 //
 // Why: a speculative verify multiplies 2..16 rows by every weight of the target.
 // MKL and oneDNN run such thin products on one core (or re-read W per row), so a
@@ -11,6 +11,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 static inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -19,18 +21,34 @@ static inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// A weight row's 8 floats: fp32 as stored, or bf16 (the top half of an fp32) widened by a 16-bit shift, so a
+// bf16 matrix streams half the bytes and every product still sums in fp32.
+static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+static inline __m256 load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+static inline float load1(const float* p) { return *p; }
+static inline float load1(const uint16_t* p) {
+  const uint32_t u = static_cast<uint32_t>(*p) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 // R weight rows per pass (R*M accumulators must fit the 16 ymm registers); PF: prefetch the next rows.
-template <int M, int R, bool PF>
-static void block(const float* x, const float* w, const float* b, float* y, int64_t n, int64_t N, int64_t K) {
+template <int M, int R, bool PF, typename W>
+static void block(const float* x, const W* w, const float* b, float* y, int64_t n, int64_t N, int64_t K) {
   const int64_t K8 = K & ~int64_t(7);
   const bool pf = PF && n + 2 * R <= N;  // the next R rows exist
+  constexpr int64_t LINE = 64 / sizeof(W);  // weights per cache line: one prefetch each
   __m256 acc[R][M];
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) acc[r][m] = _mm256_setzero_ps();
   for (int64_t k = 0; k < K8; k += 8) {
     __m256 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w + (n + r) * K + k);
-    if (pf && (k & 15) == 0)
+    for (int r = 0; r < R; ++r) wv[r] = load8(w + (n + r) * K + k);
+    if (pf && (k & (LINE - 1)) == 0)
       for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (n + R + r) * K + k), _MM_HINT_T0);
     for (int m = 0; m < M; ++m) {
       const __m256 xv = _mm256_loadu_ps(x + m * K + k);
@@ -38,10 +56,10 @@ static void block(const float* x, const float* w, const float* b, float* y, int6
     }
   }
   for (int r = 0; r < R; ++r) {
-    const float* wr = w + (n + r) * K;
+    const W* wr = w + (n + r) * K;
     for (int m = 0; m < M; ++m) {
       float s = hsum(acc[r][m]);
-      for (int64_t k = K8; k < K; ++k) s += wr[k] * x[m * K + k];
+      for (int64_t k = K8; k < K; ++k) s += load1(wr + k) * x[m * K + k];
       y[m * N + n + r] = s + (b ? b[n + r] : 0.f);
     }
   }
@@ -52,8 +70,8 @@ static void block(const float* x, const float* w, const float* b, float* y, int6
 // from software prefetch of the next rows instead (without it 4 rows cost 1.4x one row, with it ~1.25x).
 // 2 rows (a verify of one draft, a drafter extend by one accepted token) took 4 streams too until a 2-core
 // Intel VM measured them at 1.24x one row that way and 1.0x with 2 rows and prefetch (the same stack).
-template <int M>
-static void rows(const float* x, const float* w, const float* b, float* y, int64_t n0, int64_t n1, int64_t N,
+template <int M, typename W>
+static void rows(const float* x, const W* w, const float* b, float* y, int64_t n0, int64_t n1, int64_t N,
                  int64_t K) {
   constexpr int R = M == 1 ? 4 : (M <= 6 ? 2 : 1);
   constexpr bool PF = M > 1;
@@ -62,7 +80,8 @@ static void rows(const float* x, const float* w, const float* b, float* y, int64
   for (; n < n1; ++n) block<M, 1, false>(x, w, b, y, n, N, K);
 }
 
-static void run_rows(int64_t M, const float* x, const float* w, const float* b, float* y, int64_t n0, int64_t n1,
+template <typename W>
+static void run_rows(int64_t M, const float* x, const W* w, const float* b, float* y, int64_t n0, int64_t n1,
                      int64_t N, int64_t K) {
   switch (M) {
     case 1: rows<1>(x, w, b, y, n0, n1, N, K); break;
@@ -78,22 +97,9 @@ static void run_rows(int64_t M, const float* x, const float* w, const float* b, 
 
 constexpr int64_t MAX_ROWS = 16;
 
-torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "x [M, K] and w [N, K] expected");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat, "fp32 only");
-  TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "contiguous x and w expected");
-  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  TORCH_CHECK(M >= 1 && M <= MAX_ROWS, "1..16 rows only");
-  auto y = torch::empty({M, N}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
-  const float* bp = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == N && bias->is_contiguous(), "bias [N] expected");
-    bp = bias->data_ptr<float>();
-  }
-  float* yp = y.data_ptr<float>();
-  // grain: at least 32 output rows per task (a task streams >= 32*K floats of W)
+template <typename W>
+static void products(const float* xp, const W* wp, const float* bp, float* yp, int64_t M, int64_t N, int64_t K) {
+  // grain: at least 32 output rows per task (a task streams >= 32*K weights)
   at::parallel_for(0, N, 32, [&](int64_t n0, int64_t n1) {
     if (M <= 8) {
       run_rows(M, xp, wp, bp, yp, n0, n1, N, K);
@@ -107,6 +113,27 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tens
       run_rows(M - 8, xp + 8 * K, wp, bp, yp + 8 * N, n, e, N, K);
     }
   });
+}
+
+// w fp32, or bf16 (a drafter's matrices stored at half the bytes; x, bias and y stay fp32)
+torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "x [M, K] and w [N, K] expected");
+  const bool half = w.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(x.scalar_type() == at::kFloat && (half || w.scalar_type() == at::kFloat), "fp32 x, fp32 or bf16 w only");
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "contiguous x and w expected");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(M >= 1 && M <= MAX_ROWS, "1..16 rows only");
+  auto y = torch::empty({M, N}, x.options());
+  const float* bp = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == N && bias->is_contiguous(), "bias [N] expected");
+    bp = bias->data_ptr<float>();
+  }
+  if (half)
+    products(x.data_ptr<float>(), reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()), bp,
+             y.data_ptr<float>(), M, N, K);
+  else
+    products(x.data_ptr<float>(), w.data_ptr<float>(), bp, y.data_ptr<float>(), M, N, K);
   return y;
 }
 
@@ -121,6 +148,6 @@ torch::Tensor lean_layer(torch::Tensor x, torch::Tensor ln1, double eps1, torch:
                          c10::optional<torch::Tensor> attn_in);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear", &linear, "y = x W^T (+ b), 1..16 rows, fp32 AVX2");
+  m.def("linear", &linear, "y = x W^T (+ b), 1..16 rows, fp32 x, fp32 or bf16 W, AVX2");
   m.def("lean_layer", &lean_layer, "one Llama-family decoder layer for 1..16 tokens (lean_layer.cpp)");
 }
