@@ -121,21 +121,40 @@ def bench_target(target, context: int, repeats: int) -> dict:
     return res
 
 
-def bench_drafter(target, context: int, repeats: int, draft_vocab: int = 8192) -> dict:
+WAYS = ("model", "kernel", "lean", "lean-bf16")  # model step on MKL / on the kernel / one C++ call per layer / + bf16
+
+
+def bench_drafter(target, context: int, repeats: int, draft_vocab: int = 8192, evict_mb: int = 0) -> dict:
     """One round's drafting on a random drafter sized for the target: an extend by 2 accepted tokens and a
-    tree of the CPU default shape (top_k 3, depth 2, 7 tokens, every level expanded), three ways."""
+    tree of the CPU default shape (top_k 3, depth 2, 7 tokens, every level expanded), four ways.
+
+    With ``evict_mb``, a buffer that large is read before every timed round (untimed), as the target's
+    forward evicts the drafter's weights between two rounds in decoding; without it they stay in cache."""
     d = min(draft_vocab, target.vocab_size)
     cfg = DrafterConfig.from_target_config(target.config, draft_vocab_size=d)
     dr = Eagle3Drafter(cfg).eval()
     width = cfg.num_aux * cfg.target_hidden_size
     g = torch.Generator().manual_seed(0)
     ids, feats = torch.randint(0, d, (1, 2), generator=g), torch.randn(1, 2, width, generator=g)
-    res: dict = {"draft_vocab": d}
-    for way in ("model", "kernel", "lean"):  # model step on MKL / on the kernel / one C++ call per layer
-        run = DraftRunner(dr, fast=way != "model")
+    res: dict = {"draft_vocab": d, "evict_mb": evict_mb}
+    buf = torch.ones(evict_mb * (1 << 18)) if evict_mb else None  # evict_mb MB of fp32
+
+    def timed(fn) -> float:
+        fn()
+        ts = []
+        for _ in range(repeats):
+            if buf is not None:
+                buf.sum()
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return round(statistics.median(ts) * 1000, 2)
+
+    for way in WAYS:
+        run = DraftRunner(dr, fast=way != "model", weights="bf16" if way == "lean-bf16" else "fp32")
         if way == "kernel":
             run.lean = None
-        elif way == "lean" and run.lean is None:
+        elif way.startswith("lean") and run.lean is None:
             res[way] = "not built here"
             continue
         run.extend(torch.randint(0, d, (1, context), generator=g), torch.randn(1, context, width, generator=g))
@@ -144,16 +163,21 @@ def bench_drafter(target, context: int, repeats: int, draft_vocab: int = 8192) -
             run.extend(ids, feats)
             run.length -= 2  # the context stays at --context rows
 
-        ext = median_ms(extend, repeats)
-        tree = median_ms(lambda run=run: run.tree(7, 3, 2, 7, 0.0), repeats)
-        res[way] = {"extend_T2": ext, "tree_3x2": tree, "round": round(ext + tree, 2)}
+        def whole(run=run):
+            extend(run)
+            run.tree(7, 3, 2, 7, 0.0)
+
+        ext = timed(extend)
+        tree = timed(lambda run=run: run.tree(7, 3, 2, 7, 0.0))
+        res[way] = {"extend_T2": ext, "tree_3x2": tree, "round": timed(whole)}
     return res
 
 
 def _print_drafting(dm: dict) -> None:
-    print(f"drafting one round (draft vocab {dm['draft_vocab']}): extend 2 + tree 3x2, ms")
-    for way in ("model", "kernel", "lean"):
-        print(f"  {way:<7} {dm[way]}")
+    evict = f", {dm['evict_mb']} MB read between rounds" if dm["evict_mb"] else ", weights left in cache"
+    print(f"drafting one round (draft vocab {dm['draft_vocab']}{evict}): extend 2 + tree 3x2, ms")
+    for way in WAYS:
+        print(f"  {way:<9} {dm[way]}")
 
 
 def main() -> None:
@@ -163,13 +187,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     ap.add_argument("--drafter-only", action="store_true", help="only the drafting round (skips the target's steps)")
+    ap.add_argument("--draft-vocab", type=int, default=8192)
+    ap.add_argument("--evict-mb", type=int, default=512,
+                    help="MB read between drafting rounds, as the target's forward does in decoding (0 = none)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     target = load_target(args.target)
     res = {"target": args.target, "context": args.context, "threads": torch.get_num_threads(),
-           "drafter_ms": bench_drafter(target, args.context, args.repeats)}
+           "drafter_ms": bench_drafter(target, args.context, args.repeats, args.draft_vocab, args.evict_mb)}
     if not args.drafter_only:
         res["target_ms"] = bench_target(target, args.context, args.repeats)
     if args.json:
