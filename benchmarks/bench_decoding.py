@@ -50,10 +50,13 @@ from eaglewire.targets.points import eagle3_default
 SIZES = (1, 4, 8, 16, 32, 64)
 
 
-def median_ms(fn, repeats: int) -> float:
+def median_ms(fn, repeats: int, before=None) -> float:
+    """Median of ``repeats`` timed calls after one warm-up; ``before()`` runs untimed ahead of each."""
     fn()
     ts = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
@@ -138,17 +141,7 @@ def bench_drafter(target, context: int, repeats: int, draft_vocab: int = 8192, e
     ids, feats = torch.randint(0, d, (1, 2), generator=g), torch.randn(1, 2, width, generator=g)
     res: dict = {"draft_vocab": d, "evict_mb": evict_mb}
     buf = torch.ones(evict_mb * (1 << 18)) if evict_mb else None  # evict_mb MB of fp32
-
-    def timed(fn) -> float:
-        fn()
-        ts = []
-        for _ in range(repeats):
-            if buf is not None:
-                buf.sum()
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return round(statistics.median(ts) * 1000, 2)
+    evict = (lambda: buf.sum()) if buf is not None else None
 
     for way in WAYS:
         run = DraftRunner(dr, fast=way != "model", weights="bf16" if way == "lean-bf16" else "fp32")
@@ -167,9 +160,9 @@ def bench_drafter(target, context: int, repeats: int, draft_vocab: int = 8192, e
             extend(run)
             run.tree(7, 3, 2, 7, 0.0)
 
-        ext = timed(extend)
-        tree = timed(lambda run=run: run.tree(7, 3, 2, 7, 0.0))
-        res[way] = {"extend_T2": ext, "tree_3x2": tree, "round": timed(whole)}
+        ext = median_ms(extend, repeats, evict)
+        tree = median_ms(lambda run=run: run.tree(7, 3, 2, 7, 0.0), repeats, evict)
+        res[way] = {"extend_T2": ext, "tree_3x2": tree, "round": median_ms(whole, repeats, evict)}
     return res
 
 

@@ -30,20 +30,6 @@ from eaglewire.targets.fastlinear import FastLinear, packed_linears
 from eaglewire.targets.smallm import MAX_ROWS
 
 
-class _Bf16Head:
-    """The draft head with its weight in bf16: the thin-matrix kernel for 1..MAX_ROWS rows, widened F.linear
-    beyond (the same values)."""
-
-    def __init__(self, weight: torch.Tensor, kernel):
-        self.weight, self.kernel = weight.detach().bfloat16().contiguous(), kernel
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [..., H] -> [..., Dv]
-        x2 = x.reshape(-1, x.shape[-1]).float().contiguous()  # [M, H]
-        y = self.kernel.linear(x2, self.weight, None) if 1 <= x2.shape[0] <= MAX_ROWS \
-            else torch.nn.functional.linear(x2, self.weight.float())
-        return y.reshape(*x.shape[:-1], -1)
-
-
 class DraftRunner:
     """Drafter state for one sequence: real KV for positions 0..length-1 and the last hidden.
 
@@ -64,7 +50,7 @@ class DraftRunner:
         self.weights = weights if self.lean is not None else str(p.dtype).removeprefix("torch.").replace("float32", "fp32")
         # the draft head is small next to the target's but still the drafter's largest matmul
         if self.weights == "bf16":
-            self.head = _Bf16Head(drafter.lm_head.weight, self.lean.kernel)
+            self.head = FastLinear(drafter.lm_head.weight.bfloat16(), pack=False)
         else:
             self.head = FastLinear(drafter.lm_head.weight) if fast else drafter.lm_head
         self.cache = DraftCache(drafter)

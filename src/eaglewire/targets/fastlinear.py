@@ -57,8 +57,10 @@ class FastLinear(nn.Module):
         self.weight = weight.detach()
         self.bias = None if bias is None else bias.detach()
         self.packed = None
-        # the thin-matrix kernel, for 1..MAX_ROWS rows (targets/smallm.py) (None: not built here)
-        self.kernel = smallm_kernel() if kernel and _packable(self.weight) else None
+        # the thin-matrix kernel, for 1..MAX_ROWS rows (targets/smallm.py) (None: not built here); it also takes
+        # a bf16 weight (a drafter's, decoding/draft_lean.py), widened in registers
+        cpu_bf16 = self.weight.device.type == "cpu" and self.weight.dtype == torch.bfloat16
+        self.kernel = smallm_kernel() if kernel and (_packable(self.weight) or cpu_bf16) else None
         if self.kernel is not None:
             self.weight = self.weight.contiguous()
             self.bias = None if self.bias is None else self.bias.contiguous()
@@ -68,15 +70,19 @@ class FastLinear(nn.Module):
             except RuntimeError:  # oneDNN without the op for this shape: stay on MKL
                 self.packed = None
 
+    def _plain(self, x: torch.Tensor) -> torch.Tensor:
+        """F.linear, a weight of another dtype than x (a bf16 one beside fp32 rows) widened to x's."""
+        return F.linear(x, self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype), self.bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         if (self.packed is None and self.kernel is None) or x.dtype != torch.float32 or x.device.type != "cpu":
-            return F.linear(x, self.weight, self.bias)
+            return self._plain(x)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).contiguous()  # [M, in]
         if self.kernel is not None and usable(x2, self.weight):
             return self.kernel.linear(x2, self.weight, self.bias).reshape(*lead, self.out_features)
         if self.packed is None or not self.min_rows <= x2.shape[0] <= self.max_rows:
-            return F.linear(x, self.weight, self.bias)
+            return self._plain(x)
         y = torch.ops.mkldnn._linear_pointwise(x2, self.packed, self.bias, "none", [], "")
         return y.reshape(*lead, self.out_features)
 
