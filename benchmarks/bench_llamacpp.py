@@ -1,7 +1,7 @@
 """llama.cpp plain and llama.cpp + our EAGLE-3 drafter beside eaglewire's own decoding, in one run on this CPU.
 
 Usage: python benchmarks/bench_llamacpp.py [--run runs/demo-quick] [--prompts 16] [--max-new-tokens 64]
-       [--depths 2,3,4] [--drafter-types f16,q8_0] [--target-types f32,q4_1] [--threads 2]
+       [--depths 2,3,4] [--p-mins 0,0.5] [--drafter-types f16,q8_0] [--target-types f32,q4_1] [--threads 2]
        [--no-with-eaglewire] [--chain-depth 3] [--json PATH]
 
 Why: llama.cpp is what most people run a small model with on a CPU, so the
@@ -14,8 +14,12 @@ order rotating per prompt, so drift of the shared VM hits all methods alike.
 Speed is generated tokens over the wall seconds of each request (HTTP
 included for llama.cpp), greedy; llama.cpp's own `predicted_per_second`
 (decode only, no prompt eval, no HTTP) is shown beside it. llama.cpp drafts
-ungated (`--spec-draft-p-min 0`), so eaglewire's chain is run ungated too; its
-tree runs with the engine's defaults (CPU gating), as users get it.
+ungated (`--spec-draft-p-min 0`) unless `--p-mins` names gates, so eaglewire's
+chain is run ungated too; its tree runs with the engine's defaults (CPU
+gating), as users get it. A gate stops a round's drafting at the first draft
+whose probability is under it (a round without drafts is a plain decode step),
+which trades acceptance for verify rows: the served-vs-predicted comparison
+uses the ungated servers only.
 
 Mean acceptance length = 1 + accepted / rounds; llama.cpp names no rounds, so
 rounds = generated - accepted - prompts (every token after a prompt's first
@@ -76,6 +80,7 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--prompts", type=int, default=16, help="held-out prompts, round-robin over categories")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--depths", default="2,3,4", help="llama.cpp draft depths (--spec-draft-n-max)")
+    ap.add_argument("--p-mins", default="0", help="llama.cpp draft gates (--spec-draft-p-min), comma-separated")
     ap.add_argument("--drafter-types", default="f16", help=f"drafter GGUF types ({', '.join(GGUF_TYPES)})")
     ap.add_argument("--target-types", default="f32", help=f"target GGUF types ({', '.join(TARGET_TYPES)}; "
                     "q4_1 = the shipped default GGUF)")
@@ -89,6 +94,12 @@ def _parse() -> argparse.Namespace:
     a.depths = sorted({int(d) for d in a.depths.split(",") if d.strip()})
     if not a.depths or min(a.depths) < 1:
         raise SystemExit(f"--depths {a.depths}: expected positive integers")
+    try:
+        a.p_mins = sorted({float(p) for p in a.p_mins.split(",") if p.strip()})
+    except ValueError:
+        raise SystemExit(f"--p-mins {a.p_mins!r}: expected comma-separated probabilities") from None
+    if not a.p_mins or not all(0.0 <= p < 1.0 for p in a.p_mins):
+        raise SystemExit(f"--p-mins {a.p_mins}: expected probabilities in [0, 1)")
     a.drafter_types = _types(a.drafter_types, GGUF_TYPES, "--drafter-types")
     a.target_types = _types(a.target_types, TARGET_TYPES, "--target-types")
     return a
@@ -119,8 +130,10 @@ def _server_specs(a, source: str, drafters: dict[str, Path]) -> dict[str, LlamaS
         specs[f"llama.cpp {tt} plain"] = LlamaSpec(tg, None, port=free_port(), threads=a.threads, extra=verbose)
         for dt, path in drafters.items():
             for d in a.depths:
-                specs[f"llama.cpp {tt} + drafter {dt} d{d}"] = LlamaSpec(
-                    tg, path, depth=d, port=free_port(), threads=a.threads, p_min=0.0, extra=verbose)
+                for pm in a.p_mins:
+                    gate = f" p{pm:g}" if pm else ""
+                    specs[f"llama.cpp {tt} + drafter {dt} d{d}{gate}"] = LlamaSpec(
+                        tg, path, depth=d, port=free_port(), threads=a.threads, p_min=pm, extra=verbose)
     return specs
 
 
@@ -189,18 +202,19 @@ def _draft_ms(log: Path, n_prompts: int) -> float | None:
     return cum[-1] - cum[0]
 
 
-def _llama_row(recs: list, n_prompts: int, depth: int | None, draft_ms: float | None) -> dict:
+def _llama_row(recs: list, n_prompts: int, spec: LlamaSpec, draft_ms: float | None) -> dict:
     timings = [t for _, _, t in recs]
     gen = sum(len(toks) for toks, _, _ in recs)
     pred_n = sum(t.get("predicted_n", 0) for t in timings)
     pred_ms = sum(t.get("predicted_ms", 0.0) for t in timings)
     row = {"tokens": gen, "predicted_n": pred_n, "predicted_ms": pred_ms,
            "predicted_per_second": 1000 * pred_n / pred_ms if pred_ms else None}
-    if depth is not None:
+    if spec.drafter_gguf:
+        depth = spec.depth
         drafted = sum(t.get("draft_n", 0) for t in timings)
         accepted = sum(t.get("draft_n_accepted", 0) for t in timings)
         rounds = pred_n - accepted - n_prompts
-        row.update(depth=depth, drafted=drafted, accepted=accepted, rounds=rounds, rounds_by_depth=drafted / depth,
+        row.update(depth=depth, p_min=spec.p_min, drafted=drafted, accepted=accepted, rounds=rounds, rounds_by_depth=drafted / depth,
                    mean_acceptance_length=1 + accepted / rounds if rounds > 0 else None, draft_ms=draft_ms,
                    draft_share=draft_ms / pred_ms if draft_ms is not None and pred_ms else None)
     return row
@@ -231,7 +245,7 @@ def _summarize(recs: dict, specs: dict, draft_ms: dict, n_prompts: int) -> dict:
     for name, rs in recs.items():
         if name in specs:
             spec = specs[name]
-            row = _llama_row(rs, n_prompts, spec.depth if spec.drafter_gguf else None, draft_ms.get(name))
+            row = _llama_row(rs, n_prompts, spec, draft_ms.get(name))
         else:
             row = _eaglewire_row(rs)
         row["seconds"] = sum(s for _, s, _ in rs)
@@ -255,7 +269,7 @@ def _predicted(engine: SpecEngine, prompts, depths: list[int], max_new: int, row
     for d in depths:
         p = predicted_acceptance(engine, prompts, d, max_new)
         served = {n.split(" + drafter ")[1].split()[0]: r["mean_acceptance_length"] for n, r in rows.items()
-                  if n.startswith("llama.cpp f32 + drafter ") and r.get("depth") == d}
+                  if n.startswith("llama.cpp f32 + drafter ") and r.get("depth") == d and not r.get("p_min")}
         out.append({"depth": d, "predicted": p.mean_length, "predicted_rounds": p.drafts,
                     "predicted_accepted_per_pos": p.accepted_per_pos, "served_f32_by_drafter_type": served})
     return out
@@ -319,7 +333,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_llamacpp-") as tmp:
         res = _bench(a, ckpt, source, target, drafter, points, prompts, Path(tmp))
     res["config"] = {"run": str(a.run), "drafter": str(ckpt), "target": source, "prompts": len(prompts),
-                     "max_new_tokens": a.max_new_tokens, "depths": a.depths, "drafter_types": a.drafter_types,
+                     "max_new_tokens": a.max_new_tokens, "depths": a.depths, "p_mins": a.p_mins, "drafter_types": a.drafter_types,
                      "target_types": a.target_types, "threads": a.threads, "with_eaglewire": a.with_eaglewire,
                      "chain_depth": a.chain_depth}
     if "f32" in a.target_types:

@@ -145,6 +145,26 @@ def test_point_option_takes_repeated_and_comma_separated_names():
         point_option(["layers.9.out"], 8)
 
 
+def test_point_option_sets_and_layers_counted_from_the_end():
+    from eaglewire.targets.points import point_option
+
+    # the sets resolve per target: 30 layers is the default target, 8 a tiny one
+    assert names(point_option(["eagle3"], 30)) == ["layers.1.out", "layers.14.out", "layers.26.out"]
+    assert names(point_option(["eagle3-deep"], 30)) == ["layers.1.out", "layers.14.out", "layers.28.out"]
+    assert names(point_option(["eagle3-deep"], 8)) == ["layers.1.out", "layers.3.out", "layers.6.out"]
+    # the deep triple's last slot is the last layer's input: every engine names it, one id past the default's
+    for eng in ("hf", "vllm", "sglang", "llama.cpp"):
+        deep, base = ids_for_points(point_option(["eagle3-deep"], 30), eng, 30), ids_for_points(eagle3_default(30), eng, 30)
+        assert None not in deep and deep[:2] == base[:2] and deep[2] == base[2] + 2
+    assert names(point_option(["layers.-1.out,layers.-30.out", "embed"], 30)) == [
+        "layers.29.out", "layers.0.out", "embed"]
+    for bad in ("layers.-31.out", "layers.-0.out"):
+        with pytest.raises(EaglewireError, match="layers.-1.out .. layers.-30.out"):
+            point_option([bad], 30)
+    with pytest.raises(EaglewireError, match="expected 'embed'"):
+        point_option(["eagle4"], 30)
+
+
 def test_llamacpp_ids_are_layer_inputs_in_the_order_written():
     # llama.cpp marks t_layer_inp[il] = inpL at the top of layer il (src/models/llama.cpp); executed by
     # tests/engines/test_llama_server.py, where these ids make the served acceptance equal ours

@@ -83,7 +83,7 @@ class _GenOptions:
 
 @dataclass(kw_only=True)
 class _ExtractOptions:
-    points: list[str] = opt(help="capture points (repeat or comma-separate); default: the EAGLE-3 triple", factory=list)
+    points: list[str] = opt(help="capture points (repeat or comma-separate): embed, layers.<k>.out (layers.-2.out counts from the end), final_norm, or a set: eagle3 (the default, HF ids [2, L//2, L-3]), eagle3-deep (HF [2, L//2, L-1])", factory=list)
     store_dtype: str = opt(ExtractSettings.dtype, "feature storage dtype: fp32, bf16, fp16", choices=("fp32", "bf16", "fp16"))
     batch_tokens: int = opt(ExtractSettings.batch_tokens, "padded tokens per forward", ge=1)
     max_seq_len: int = opt(ExtractSettings.max_seq_len, "longer conversations are truncated (counted)", ge=2)

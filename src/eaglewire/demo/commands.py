@@ -32,7 +32,7 @@ class Step:
 def demo_steps(target: str, preset: dict, run: Path, seed: int = 0, device: str = "auto") -> list[Step]:
     p, data, train = preset, run / "data", run / "train"
     steps = [
-        Step("data build", DataBuildConfig(out=data, target=target, topic_prompts=p["topic_prompts"],
+        Step("data build", DataBuildConfig(out=data, target=target, points=_points(p), topic_prompts=p["topic_prompts"],
                                            self_prompts=p["self_prompts"],
                                            **({"self_prompt_tokens": p["prompt_tokens"]} if p["self_prompts"] else {}),
                                            max_new_tokens=p["max_new_tokens"], batch_size=p["gen_batch"], seed=seed,
@@ -52,7 +52,7 @@ def demo_steps(target: str, preset: dict, run: Path, seed: int = 0, device: str 
                                                            target=target), "doctor")]
     # acceptance as vLLM counts it (depth 3, ungated) on the target's answers to the shipped held-out prompts
     held = run / "heldout"
-    steps += [Step("data build", DataBuildConfig(out=held, target=target, prompts=heldout_arg(),
+    steps += [Step("data build", DataBuildConfig(out=held, target=target, points=_points(p), prompts=heldout_arg(),
                                                  max_new_tokens=p["heldout_tokens"], batch_size=p["gen_batch"],
                                                  seed=seed, device=device), "heldout"),
               Step("doctor drafter", DoctorDrafterConfig(ckpt=train, data=held, samples=54, depth=3), "heldout")]
@@ -61,6 +61,11 @@ def demo_steps(target: str, preset: dict, run: Path, seed: int = 0, device: str 
                                            repeats=p["bench_repeats"], max_new_tokens=p["bench_tokens"],
                                            out=run / "bench", device=device), "bench"))
     return steps
+
+
+def _points(preset: dict) -> list[str]:
+    """The preset's capture points as a named set, so one preset fits a target of any depth."""
+    return [preset["points"]] if preset.get("points") else []
 
 
 def heldout_arg() -> Path:

@@ -135,21 +135,66 @@ def parse_points(names: list[str] | tuple[str, ...], num_layers: int) -> list[Po
     return [check_point(Point.parse(n), num_layers) for n in names]
 
 
+_FROM_END_RE = re.compile(r"^layers\.-(\d+)\.out$")
+
+
 def point_option(values: list[str] | tuple[str, ...], num_layers: int, default: bool = True) -> list[Point]:
     """`--points` as given (repeated and/or comma-separated) -> Points; empty means the EAGLE-3 default
-    (or no points, with ``default=False``)."""
+    (or no points, with ``default=False``).
+
+    A user names points for a target of any depth, so the option also takes a named set
+    (POINT_SETS, resolved against this target) and layers counted from the end (`layers.-2.out`
+    is the second-to-last layer's output); what is recorded is always the physical name.
+    """
     names = [n.strip() for v in values for n in v.split(",") if n.strip()]
-    if names:
-        return parse_points(names, num_layers)
+    out: list[Point] = []
+    for n in names:
+        if n in POINT_SETS:
+            out += POINT_SETS[n][0](num_layers)
+            continue
+        m = _FROM_END_RE.match(n)
+        if m:
+            k = int(m.group(1))
+            if not 1 <= k <= num_layers:
+                raise EaglewireError(f"capture point {n}: the target has {num_layers} layers "
+                                     f"(expected layers.-1.out .. layers.-{num_layers}.out)")
+            n = f"layers.{num_layers - k}.out"
+        elif n not in ("embed", "final_norm") and not _LAYER_RE.match(n):
+            raise EaglewireError(f"capture point {n!r}: expected 'embed', 'layers.<k>.out' (or layers.-<k>.out from "
+                                 f"the end), 'final_norm' or a set: {', '.join(POINT_SETS)}{did_you_mean(n, POINT_SETS)}")
+        out += parse_points([n], num_layers)
+    if out:
+        return out
     return eagle3_default(num_layers) if default else []
 
 
 def eagle3_default(num_layers: int) -> list[Point]:
     """The official EAGLE-3 triple: HF indices [2, L//2, L-3] as physical points."""
+    return _hf_triple(num_layers, 3)
+
+
+def eagle3_deep(num_layers: int) -> list[Point]:
+    """EAGLE-3's triple with the last slot moved to the last layer's input (HF [2, L//2, L-1]).
+
+    It is the deepest point every engine serves (SGLang and HF cannot name the last layer's own
+    output), and the warm start then copies the target's last layer. On the default target it
+    gained +0.022 held-out acceptance (paired 95%: +0.004 to +0.040) over the official triple.
+    """
+    return _hf_triple(num_layers, 1)
+
+
+def _hf_triple(num_layers: int, back: int) -> list[Point]:
     L = num_layers
     if L < 5:
-        raise EaglewireError(f"the EAGLE-3 default capture needs at least 5 layers (target has {L})")
-    return [points_from_ids([2, L // 2, L - 3], "hf", L)[i] for i in range(3)]
+        raise EaglewireError(f"the EAGLE-3 capture triple needs at least 5 layers (target has {L})")
+    return [points_from_ids([2, L // 2, L - back], "hf", L)[i] for i in range(3)]
+
+
+# named --points sets: name -> (points for a target of L layers, help)
+POINT_SETS = {
+    "eagle3": (eagle3_default, "the official EAGLE-3 triple, HF ids [2, L//2, L-3] (the default)"),
+    "eagle3-deep": (eagle3_deep, "the triple with its last slot at the last layer's input, HF ids [2, L//2, L-1]"),
+}
 
 
 # --- engines, versions and the rule each applies -------------------------------
