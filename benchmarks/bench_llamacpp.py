@@ -18,8 +18,9 @@ ungated (`--spec-draft-p-min 0`) unless `--p-mins` names gates, so eaglewire's
 chain is run ungated too; its tree runs with the engine's defaults (CPU
 gating), as users get it. A gate stops a round's drafting at the first draft
 whose probability is under it (a round without drafts is a plain decode step),
-which trades acceptance for verify rows: the served-vs-predicted comparison
-uses the ungated servers only.
+which trades acceptance for verify rows; eaglewire's prediction of each
+gated server drafts by the same rule (`--gate step`: each step's best draft
+probability among its 10 best, as llama.cpp's draft sampler computes it).
 
 Mean acceptance length = 1 + accepted / rounds; llama.cpp names no rounds, so
 rounds = generated - accepted - prompts (every token after a prompt's first
@@ -51,7 +52,6 @@ from eaglewire.decoding.compat import load_drafter_for
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
 from eaglewire.decoding.metrics import Metrics
 from eaglewire.decoding.run import encode_prompt_file
-from eaglewire.doctor.live import predicted_acceptance
 from eaglewire.engines.llama_env import find_server
 from eaglewire.engines.llama_server import LlamaServer, LlamaSpec, complete
 from eaglewire.engines.vllm_server import free_port
@@ -263,15 +263,25 @@ def _summarize(recs: dict, specs: dict, draft_ms: dict, n_prompts: int) -> dict:
     return rows
 
 
-def _predicted(engine: SpecEngine, prompts, depths: list[int], max_new: int, rows: dict) -> list[dict]:
-    """eaglewire's predicted mean acceptance length (ungated chain, fp32) beside what llama.cpp f32 served."""
+def _predicted(engine: SpecEngine, prompts, depths: list[int], p_mins: list[float], max_new: int,
+               rows: dict) -> list[dict]:
+    """eaglewire's prediction (chain, fp32, gated by llama.cpp's rule at each p-min) beside what llama.cpp f32
+    served at that depth and gate, counted the way the rows count it: rounds = every verify or plain step after
+    a prompt's first token, so a round the gate left without drafts counts as 1 (llama.cpp's counters, and
+    `doctor live`, count only rounds that drafted); drafted and accepted tokens in total."""
     out = []
     for d in depths:
-        p = predicted_acceptance(engine, prompts, d, max_new)
-        served = {n.split(" + drafter ")[1].split()[0]: r["mean_acceptance_length"] for n, r in rows.items()
-                  if n.startswith("llama.cpp f32 + drafter ") and r.get("depth") == d and not r.get("p_min")}
-        out.append({"depth": d, "predicted": p.mean_length, "predicted_rounds": p.drafts,
-                    "predicted_accepted_per_pos": p.accepted_per_pos, "served_f32_by_drafter_type": served})
+        for pm in p_mins:
+            cfg = SpecConfig(mode="chain", depth=d, min_prob=pm, gate="step", max_new_tokens=max_new)
+            steps = [s for ids in prompts for s in engine.generate(ids, cfg).metrics.steps]
+            acc = sum(s.accepted for s in steps)
+            served = {n.split(" + drafter ")[1].split()[0]: {k: r.get(k) for k in ("mean_acceptance_length",
+                                                                                   "drafted", "accepted")}
+                      for n, r in rows.items() if n.startswith("llama.cpp f32 + drafter ") and r.get("depth") == d
+                      and (r.get("p_min") or 0.0) == pm}
+            out.append({"depth": d, "p_min": pm, "predicted": 1 + acc / len(steps) if steps else None,
+                        "predicted_drafted": sum(s.drafted for s in steps), "predicted_accepted": acc,
+                        "predicted_rounds": len(steps), "served_f32_by_drafter_type": served})
     return out
 
 
@@ -299,9 +309,12 @@ def _report(res: dict) -> None:
         print(f"eaglewire plain = llama.cpp f32 plain on {res['eaglewire_plain_equals_llama_f32_plain']}/"
               f"{c['prompts']} prompts")
     for p in res.get("acceptance_predicted_vs_served", []):
-        served = ", ".join(f"{t} {_fmt(v, '.3f')}" for t, v in p["served_f32_by_drafter_type"].items())
-        print(f"depth {p['depth']}: mean acceptance length predicted (eaglewire, fp32) {_fmt(p['predicted'], '.3f')}"
-              f"; served by llama.cpp f32 target: {served or '-'}")
+        served = ", ".join(f"{t} {_fmt(v['mean_acceptance_length'], '.3f')} ({v['drafted']} / {v['accepted']})"
+                           for t, v in p["served_f32_by_drafter_type"].items())
+        gate = f", p-min {p['p_min']:g}" if p.get("p_min") else ""
+        print(f"depth {p['depth']}{gate}: mean acceptance length predicted (eaglewire, fp32) {_fmt(p['predicted'], '.3f')}"
+              f" ({p['predicted_drafted']} drafted / {p['predicted_accepted']} accepted); served by llama.cpp f32 "
+              f"target: {served or '-'}")
 
 
 def _bench(a, ckpt: Path, source: str, target, drafter, points, prompts, work: Path) -> dict:
@@ -338,7 +351,7 @@ def main() -> None:
                      "chain_depth": a.chain_depth}
     if "f32" in a.target_types:
         res["acceptance_predicted_vs_served"] = _predicted(SpecEngine(target, drafter, points), prompts, a.depths,
-                                                           a.max_new_tokens, res["methods"])
+                                                           a.p_mins, a.max_new_tokens, res["methods"])
     _report(res)
     if a.json is not None:
         text = json.dumps(res, indent=2)

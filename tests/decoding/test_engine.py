@@ -243,3 +243,45 @@ def test_min_prob_default_follows_the_device(tiny_targets, trained_drafters):
     with pytest.raises(EaglewireError, match="--min-prob"):
         config_from_dict(BenchConfig, {"drafter": "x", "min_prob": 1.5})
     assert config_from_dict(BenchConfig, {"drafter": "x"}).min_prob is None
+
+
+def _naive_step_confidence(logits: torch.Tensor, k: int = 10) -> float:
+    """llama.cpp's draft sampler written out: top-k 10 by logit, then p = exp(l - max) / sum over those k."""
+    import math
+
+    top = sorted((float(x) for x in logits), reverse=True)[:k]
+    ws = [math.exp(x - top[0]) for x in top]
+    return ws[0] / sum(ws)
+
+
+def test_step_gate_stops_the_chain_where_llamacpp_would(tiny_targets, trained_drafters, monkeypatch):
+    """--gate step: the chain is the ungated chain cut before the first step whose best draft, renormalized over
+    its 10 best logits, is below min_prob; the cumulative (path) gate cuts elsewhere; outputs stay exact."""
+    from eaglewire.decoding.draft import DraftRunner, step_confidence
+
+    t = tiny_targets["llama"]
+    drafter, points = trained_drafters["llama"]
+    eng = SpecEngine(t, drafter, points)
+    seen, real = [], DraftRunner._logits
+    monkeypatch.setattr(DraftRunner, "_logits", lambda self, h: seen.append(real(self, h)) or seen[-1])
+    confs, cut_differs = [], False
+    for prompt in PROMPTS[:4]:  # the drafter's state after each prompt's answer: a chain drafts from there
+        eng.generate(eng.encode(prompt), SpecConfig(mode="chain", max_new_tokens=9, min_prob=0.0))
+        dr, root = eng.draft, 17
+        with torch.inference_mode():
+            seen.clear()
+            full = dr.chain(root, 5)
+            conf = [_naive_step_confidence(lg[0, -1]) for lg in seen]  # [5]
+            assert [step_confidence(lg[0, -1]) for lg in seen] == pytest.approx(conf, rel=1e-5)
+            confs += conf
+            for thr in sorted(set(conf)):
+                thr = thr * (1 + 1e-4)  # just above one step's confidence: that step is where the chain stops
+                keep = next((i for i, c in enumerate(conf) if c < thr), 5)
+                assert dr.chain(root, 5, min_prob=thr, gate="step").tokens == full.tokens[:keep], (prompt, thr)
+                cut_differs |= len(dr.chain(root, 5, min_prob=thr, gate="path")) != keep
+    assert len(set(confs)) >= 10 and cut_differs, confs  # many distinct cuts, and the two rules differ
+    mp = sorted(confs)[len(confs) // 2]
+    res = _check_exact(t, drafter, points, modes=("chain",), prompts=PROMPTS[:2], min_prob=mp, gate="step")
+    assert sum(r.to_dict()["rounds_without_drafts"] for r in res["chain"]) > 0  # the gate acted
+    with pytest.raises(EaglewireError, match="--gate"):
+        SpecConfig(gate="top").check()

@@ -146,7 +146,8 @@ def test_where_the_time_goes_splits_each_round_against_a_plain_step(make_run):
     assert "eaglewire_plain |" not in sec and "hf_generate |" not in sec
 
 
-def test_llamacpp_section_has_the_measured_rows(make_run):
+@pytest.mark.parametrize("gated", [False, True])
+def test_llamacpp_section_has_the_measured_rows(make_run, gated):
     from eaglewire_testing.demo_data import synthetic_log
 
     log = synthetic_log()
@@ -154,9 +155,14 @@ def test_llamacpp_section_has_the_measured_rows(make_run):
                        "max_new_tokens": 64, "rounds": 300, "mean_acceptance_length": 1.4, "outputs_equal_plain": 8,
                        "export": "RUN/export/llama.cpp", "ids": [2, 15, 27],
                        "tokens_per_s": {"llama.cpp plain": 20.0, "llama.cpp + drafter": 26.0, "eaglewire plain": 10.0}}
+    if gated:  # the stage as it runs now: llama.cpp's draft gate, and eaglewire's prediction of it
+        log["llamacpp"].update(p_min=0.5, predicted_mean_acceptance_length=1.41)
     md = (make_run(log) / "report.md").read_text()
     sec = md.split("## llama.cpp, the CPU engine people run")[1].split("\n## ")[0]
-    assert "| llama.cpp + drafter (depth 2, q8_0 GGUF) | 26.0 | 1.30x | 1.40 over 300 rounds | 8 of 9 |" in sec
+    row = ("| llama.cpp + drafter (depth 2, p-min 0.5, q8_0 GGUF) | 26.0 | 1.30x | 1.40 over 300 rounds "
+           "(eaglewire predicts 1.41) | 8 of 9 |" if gated else
+           "| llama.cpp + drafter (depth 2, q8_0 GGUF) | 26.0 | 1.30x | 1.40 over 300 rounds | 8 of 9 |")
+    assert row in sec
     assert "| eaglewire plain | 10.0 | 0.50x | - | - |" in sec
     assert "eagle3.target_layers [2, 15, 27]" in sec
 

@@ -20,6 +20,9 @@ import pytest
 pytestmark = pytest.mark.integration  # a real llama-server serving our drafter
 EW = [sys.executable, "-m", "eaglewire.cli"]
 DEPTH = 3
+# llama.cpp's draft gate for the gated tests: the tiny drafter's median step confidence (its best draft among its 10
+# best: 0.11-0.13 here, a near-uniform top 10), so about half the steps pass; real drafters are served at 0.5
+P_MIN = 0.12
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +59,12 @@ def _prompts(engine, n=6):
     return encode_prompt_file(engine, heldout_prompts_path(), n)[0]
 
 
-def _server(binary, target_gguf, drafter_gguf, log):
+def _server(binary, target_gguf, drafter_gguf, log, p_min=0.0):
     from eaglewire.engines.llama_server import LlamaServer, LlamaSpec
     from eaglewire.engines.vllm_server import free_port
 
     spec = LlamaSpec(target_gguf=target_gguf, drafter_gguf=drafter_gguf, depth=DEPTH, port=free_port(), ctx=1024,
-                     threads=2)
+                     threads=2, p_min=p_min)
     return LlamaServer(binary, spec, log).start(timeout=120)
 
 
@@ -100,6 +103,37 @@ def test_served_acceptance_equals_ours_per_position(llama_run, served):
         _assert_a_near_tie(target, _prompts(engine), outputs.detail)
 
 
+def test_gated_server_accepts_what_the_step_gate_predicts(llama_run, llama_server_bin, tmp_path):
+    """llama.cpp's --spec-draft-p-min, executed: a round stops drafting at the first step whose best draft
+    (renormalized over its 10 best) is below p_min. eaglewire's chain gated by that rule predicts the served counts
+    per position; a prediction that ignores the gate, or gates the cumulative probability, does not."""
+    from eaglewire.decoding.engine import SpecConfig
+    from eaglewire.doctor.live import Acceptance, doctor_live, predicted_acceptance
+
+    run, target, target_gguf, export, engine = llama_run
+    prompts = _prompts(engine)
+    with _server(llama_server_bin, target_gguf, export / "drafter.gguf", tmp_path / "gated.log", P_MIN) as srv:
+        rep = doctor_live(srv.spec.url, engine, prompts, 48, p_min=P_MIN)
+    assert not rep.failed, rep.to_dict()
+    s, p = rep.data["served"], rep.data["predicted"]
+    assert rep.data["p_min"] == P_MIN and s["drafts"] > 20 and sum(p["accepted_per_pos"]) > 10
+    assert abs(s["mean_acceptance_length"] - p["mean_acceptance_length"]) <= 0.02 * p["mean_acceptance_length"]
+    ungated = predicted_acceptance(engine, prompts, DEPTH, 48)
+    path = Acceptance(accepted_per_pos=[0] * DEPTH)
+    for ids in prompts:  # our own cumulative gate at the same threshold: another rule, other rounds
+        for st in engine.generate(ids, SpecConfig(mode="chain", depth=DEPTH, min_prob=P_MIN, max_new_tokens=48)
+                                  ).metrics.steps:
+            if st.drafted:
+                path.add_round(st.accepted)
+    for other in (ungated, path):  # the served gate is visible: both miss the served mean by far more than 2%
+        m = other.mean_length or 1.0  # the path gate may draft nothing at this threshold: every round plain
+        assert abs(s["mean_acceptance_length"] - m) > 0.05 * m, (s, other.to_dict())
+    with _server(llama_server_bin, target_gguf, export / "drafter.gguf", tmp_path / "shut.log", 0.5) as srv:
+        rep = doctor_live(srv.spec.url, engine, prompts[:2], 24, p_min=0.5)  # a gate this drafter never passes
+    spec = next(c for c in rep.checks if c.name == "speculation")
+    assert rep.failed and "drafted nothing at --spec-draft-p-min 0.5" in spec.detail and "--p-min" in spec.fix
+
+
 def _assert_a_near_tie(target, prompts, detail: str) -> None:
     """llama.cpp keeps its KV cache in f16 (its default) and its kernels (built for this CPU) sum in other orders:
     where the target's two best logits are within f16 rounding (2^-11 relative), greedy outputs may part. Anything
@@ -126,12 +160,13 @@ def test_serve_command_checks_llamacpp_and_says_ready(llama_run, llama_server_bi
     run, target, target_gguf, _, engine = llama_run
     r = subprocess.run([*EW, "serve", str(run), "--engine", "llama.cpp", "--target", str(target), "--target-gguf",
                         str(target_gguf), "--gguf-type", "f32", "--check-only", "--check-prompts", "3", "--threads", "2",
-                        "--out", str(tmp_path / "serve"), "--llama-server", str(llama_server_bin), "--json"],
+                        "--out", str(tmp_path / "serve"), "--llama-server", str(llama_server_bin), "--p-min", str(P_MIN), "--json"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(r.stdout)
     assert res["ids"] == [2, 4, 5] and res["check"]["ok"]
     assert "--spec-type draft-eagle3" in res["command"] and "-md" in res["command"]
+    assert f"--spec-draft-p-min {P_MIN:g}" in res["command"] and res["check"]["p_min"] == P_MIN
 
 
 def test_far_miswired_drafter_fails_live_and_config_names_the_ids(llama_run, llama_server_bin, tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
-from eaglewire.targets.points import ENGINES
+from eaglewire.targets.points import ENGINES, POINTS_HELP
 
 PROMPTS = "prompts.jsonl"
 RESPONSES = "responses.jsonl"
@@ -83,7 +83,7 @@ class _GenOptions:
 
 @dataclass(kw_only=True)
 class _ExtractOptions:
-    points: list[str] = opt(help="capture points (repeat or comma-separate): embed, layers.<k>.out (layers.-2.out counts from the end), final_norm, or a set: eagle3 (the default, HF ids [2, L//2, L-3]), eagle3-deep (HF [2, L//2, L-1])", factory=list)
+    points: list[str] = opt(help="capture points (repeat or comma-separate): " + POINTS_HELP, factory=list)
     store_dtype: str = opt(ExtractSettings.dtype, "feature storage dtype: fp32, bf16, fp16", choices=("fp32", "bf16", "fp16"))
     batch_tokens: int = opt(ExtractSettings.batch_tokens, "padded tokens per forward", ge=1)
     max_seq_len: int = opt(ExtractSettings.max_seq_len, "longer conversations are truncated (counted)", ge=2)

@@ -100,7 +100,7 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
     res = {"max_new_tokens": max_new, "num_prompts": len(prompts), "repeats": repeats, "interleaved": True,
            "methods": {}, "config": {"depth": cfg.depth, "top_k": cfg.top_k, "tree_depth": cfg.tree_depth,
                                       "total_tokens": cfg.total_tokens, "min_prob": cfg.min_prob,
-                                      "draft_weights": engines["spec"].draft.weights if drafter is not None else None}}
+                                      "gate": cfg.gate, "draft_weights": engines["spec"].draft.weights if drafter is not None else None}}
     base = methods[0]
     for m in methods:
         tps = [sum(ntok[m]) / sum(secs[m][r]) for r in range(repeats)]

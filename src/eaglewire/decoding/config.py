@@ -22,6 +22,9 @@ class _DraftShape:
                                  "this; a round where none reaches it verifies the last token alone (0 = keep all; "
                                  "default: 0.1 on CPU, where a wide verify costs more than a decode step, 0 on CUDA)",
                                  ge=0, lt=1)
+    gate: str = opt("path", "chain: what --min-prob compares: path (the draft probability of the whole chain so "
+                    "far) or step (each step's best draft probability among its 10 best, llama.cpp's "
+                    "--spec-draft-p-min rule)", choices=("path", "step"))
     draft_weights: str = opt("bf16", "the drafter's weight matrices while drafting on CPU: bf16 (half the bytes each "
                              "draft step streams; drafts may differ from fp32's at near-ties, outputs stay exact) "
                              "or fp32 (the drafter as trained); elsewhere the drafter runs as loaded",

@@ -29,6 +29,18 @@ from eaglewire.drafter.model import KV, Eagle3Drafter, causal_mask
 from eaglewire.targets.fastlinear import FastLinear, packed_linears
 from eaglewire.targets.smallm import MAX_ROWS
 
+# llama.cpp's EAGLE-3 draft sampler keeps the 10 best draft logits (top-k 10, then a softmax over them) and stops
+# drafting when the best one's probability is below --spec-draft-p-min (common/speculative.cpp, llama.cpp as
+# vendored in llama-cpp-python 0.3.36); tests/engines/test_llama_server.py runs that server against this rule.
+STEP_GATE_TOP_K = 10
+GATES = ("path", "step")
+
+
+def step_confidence(logits: torch.Tensor, k: int = STEP_GATE_TOP_K) -> float:
+    """The best draft's probability renormalized over the ``k`` best logits: what llama.cpp gates each step on."""
+    top = logits.float().topk(min(k, logits.shape[-1])).values  # [k], best first
+    return float(torch.softmax(top, -1)[0])
+
 
 class DraftRunner:
     """Drafter state for one sequence: real KV for positions 0..length-1 and the last hidden.
@@ -111,13 +123,16 @@ class DraftRunner:
         return self._run(ids, hidden, torch.full((k,), pos, device=self.device), self.length + cols, allowed)
 
     @torch.inference_mode()
-    def chain(self, root: int, depth: int, sample=None, min_prob: float = 0.0) -> DraftTree:
+    def chain(self, root: int, depth: int, sample=None, min_prob: float = 0.0, gate: str = "path") -> DraftTree:
         """A chain of up to ``depth`` drafts. ``sample(logits [Dv]) -> (draft id, probs [Dv])`` or None = argmax.
 
-        The chain stops before a draft whose cumulative draft probability
-        (product along the chain) falls below ``min_prob``: it would rarely be
-        accepted and still widen the verify. The stop depends on the draft
-        distribution only, so sampling stays lossless.
+        The chain stops before a draft that fails the ``min_prob`` gate: it
+        would rarely be accepted and still widen the verify. ``gate`` "path"
+        compares the cumulative draft probability (product along the chain);
+        "step" compares each step's own top draft probability among its
+        :data:`STEP_GATE_TOP_K` best (:func:`step_confidence`), the rule
+        llama.cpp drafts by, so a gated llama-server can be predicted. Either
+        stop depends on the draft distribution only, so sampling stays lossless.
         """
         tree = DraftTree(root=root)
         h = self.last
@@ -125,14 +140,17 @@ class DraftRunner:
         for step in range(depth):
             logits = self._logits(h)[0, -1]  # [Dv]
             if sample is None:
-                ix, probs = int(logits.argmax()), None
-                p = logits.softmax(-1) if min_prob > 0 else None  # [Dv], only read at ix
+                ix, p, probs = int(logits.argmax()), None, None
             else:
                 ix, p = sample(logits)
                 probs = self._to_target_vocab(p)
             if min_prob > 0:
-                cum *= float(p[ix])
-                if cum < min_prob:
+                if gate == "step":
+                    conf = step_confidence(logits)
+                else:
+                    cum *= float((logits.softmax(-1) if p is None else p)[ix])
+                    conf = cum
+                if conf < min_prob:
                     break
             tok = int(self.draft_ids[ix])
             tree.tokens.append(tok)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from eaglewire.decoding.draft import DraftRunner
+from eaglewire.decoding.draft import GATES, DraftRunner
 from eaglewire.decoding.lookup import merge_branch, propose
 from eaglewire.decoding.metrics import Metrics, StepRecord
 from eaglewire.decoding.shapes import DEFAULTS, MIN_PROB
@@ -61,6 +61,7 @@ class SpecConfig:
     total_tokens: int = DEFAULTS["total_tokens"]  # root + drafts in one verify
     lookup: int = 0  # greedy: also verify up to this many tokens copied from the context (0 = off)
     min_prob: float | None = None  # drop drafts whose cumulative draft probability is below this; None = by device
+    gate: str = "path"  # chain (a tree always gates its paths): path = cumulative, step = llama.cpp's rule
     temperature: float = 0.0
     top_p: float = 1.0
     max_new_tokens: int = 128
@@ -80,6 +81,8 @@ class SpecConfig:
             raise EaglewireError(f"--lookup {self.lookup}: expected >= 0")
         if self.min_prob is not None and not 0 <= self.min_prob < 1:
             raise EaglewireError(f"--min-prob {self.min_prob}: expected a probability in [0, 1)")
+        if self.gate not in GATES:
+            raise EaglewireError(f"--gate {self.gate!r}: expected one of {', '.join(GATES)}")
 
     def resolved(self, device) -> SpecConfig:
         """This config with the device-dependent defaults filled in (what outputs record as used)."""
@@ -255,7 +258,7 @@ class SpecEngine:
             def sampler(logits):
                 p = warp(logits, cfg.temperature, cfg.top_p)
                 return sample(p, gen), p
-        return self.draft.chain(root, cfg.depth, sampler, cfg.min_prob)
+        return self.draft.chain(root, cfg.depth, sampler, cfg.min_prob, cfg.gate)
 
     def _spec_step(self, cfg: SpecConfig, gen, out: _Output, m: Metrics) -> None:
         t0 = time.perf_counter()

@@ -40,7 +40,7 @@ def target_source(cfg) -> str:
 def spec_config(cfg, mode: str, device):
     return SpecConfig(mode=mode, depth=cfg.depth, top_k=cfg.top_k, tree_depth=cfg.tree_depth,
                       total_tokens=cfg.total_tokens, lookup=getattr(cfg, "lookup", 0), min_prob=cfg.min_prob,
-                      temperature=getattr(cfg, "temperature", 0.0), top_p=getattr(cfg, "top_p", 1.0),
+                      gate=getattr(cfg, "gate", "path"), temperature=getattr(cfg, "temperature", 0.0), top_p=getattr(cfg, "top_p", 1.0),
                       max_new_tokens=cfg.max_new_tokens, stop=list(getattr(cfg, "stop", []) or []),
                       seed=getattr(cfg, "seed", 0)).resolved(device)  # resolved, so outputs record it
 

@@ -3,10 +3,13 @@
 Runs only where a llama-server is built (`python -m eaglewire.engines.llama_env`,
 ~10-25 min once; the demo does not start that build itself). The drafter is
 exported with `export --format gguf` (Q8_0) and served on the target as an F32
-GGUF, at depth 2, the depth that paid best with llama.cpp on this CPU
-(docs/results.md). llama.cpp plain, llama.cpp with the drafter and eaglewire
-plain each take every bench prompt in turn, so the ratios come from one run.
-Acceptance is llama.cpp's own `--metrics` count, as vLLM counts it.
+GGUF, at depth 2 with llama.cpp's draft gate at 0.5 (`--spec-draft-p-min`),
+what paid best with llama.cpp on this CPU (docs/results.md). llama.cpp plain,
+llama.cpp with the drafter and eaglewire plain each take every bench prompt in
+turn, so the ratios come from one run. Acceptance is llama.cpp's own
+`--metrics` count, as vLLM counts it, beside eaglewire's prediction of it
+(the same prompts through our engine, gated by llama.cpp's rule): equal when
+the wiring is right, up to the Q8_0 drafter's rounding.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from eaglewire.data.heldout import heldout_prompts_path
 from eaglewire.decoding.compat import load_drafter_for
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
 from eaglewire.decoding.run import encode_prompt_file
+from eaglewire.doctor.live import predicted_acceptance
 from eaglewire.engines import llama_env
 from eaglewire.engines.llama_server import LlamaServer, LlamaSpec, complete
 from eaglewire.engines.vllm_server import counter_delta, free_port, spec_counters
@@ -28,7 +32,7 @@ from eaglewire.export.gguf import target_gguf
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.load import load_target
 
-DEPTH, DRAFTER_TYPE = 2, "q8_0"
+DEPTH, DRAFTER_TYPE, P_MIN = 2, "q8_0", 0.5
 
 
 NOT_BUILT = ("no llama-server built here: `python -m eaglewire.engines.llama_env` builds it once (~10-25 min), "
@@ -47,12 +51,12 @@ def llamacpp_stage(run: Path, target: str, n_prompts: int, max_new_tokens: int, 
         return {"skipped": f"llama.cpp cannot take this target or drafter: {e}"}
     t = load_target(target)
     drafter, points, _ = load_drafter_for(t, run / "train" / "drafter")
-    plain = SpecEngine(t)
-    prompts = encode_prompt_file(SpecEngine(t, drafter, points), heldout_prompts_path(), n_prompts)[0]
+    plain, spec = SpecEngine(t), SpecEngine(t, drafter, points)
+    prompts = encode_prompt_file(spec, heldout_prompts_path(), n_prompts)[0]
     binary = llama_env.server_binary()
     specs = {"llama.cpp plain": LlamaSpec(tg, None, port=free_port(), threads=threads),
              "llama.cpp + drafter": LlamaSpec(tg, Path(exp["out"]) / "drafter.gguf", depth=DEPTH, port=free_port(),
-                                              threads=threads)}
+                                              threads=threads, p_min=P_MIN)}
     with ExitStack() as stack:
         urls = {n: stack.enter_context(LlamaServer(binary, s, run / "export" / f"{n.replace(' ', '_')}.log")
                                        .start(timeout=300)).spec.url for n, s in specs.items()}
@@ -61,11 +65,13 @@ def llamacpp_stage(run: Path, target: str, n_prompts: int, max_new_tokens: int, 
         delta = counter_delta(spec_counters(urls["llama.cpp + drafter"]), before)
     tps = {n: toks[n] / secs[n] for n in secs}
     drafts = delta["drafts"]
-    return {"depth": DEPTH, "drafter_type": DRAFTER_TYPE, "target_gguf": str(tg), "prompts": len(prompts),
+    predicted = predicted_acceptance(spec, prompts, DEPTH, max_new_tokens, P_MIN)
+    return {"depth": DEPTH, "p_min": P_MIN, "drafter_type": DRAFTER_TYPE, "target_gguf": str(tg), "prompts": len(prompts),
             "max_new_tokens": max_new_tokens, "tokens_per_s": tps,
             "speedup_vs_llama_plain": tps["llama.cpp + drafter"] / tps["llama.cpp plain"],
             "eaglewire_plain_vs_llama_plain": tps["eaglewire plain"] / tps["llama.cpp plain"],
             "mean_acceptance_length": 1 + sum(delta["accepted_per_pos"]) / drafts if drafts else None,
+            "predicted_mean_acceptance_length": predicted.mean_length, "predicted_rounds": predicted.drafts,
             "rounds": drafts, "outputs_equal_plain": sum(a == b for a, b in zip(outs["llama.cpp + drafter"],
                                                                                   outs["llama.cpp plain"])),
             "export": exp["out"], "ids": exp["ids"]}

@@ -156,9 +156,11 @@ def _llama_rows(lc: dict) -> list[list[str]]:
     rows = []
     for name, v in tps.items():
         spec = name == "llama.cpp + drafter"
-        label = f"{name} (depth {lc['depth']}, {lc['drafter_type']} GGUF)" if spec else name
-        rows.append([label, f"{v:.1f}", f"{v / base:.2f}x" if base else "-",
-                     f"{mal:.2f} over {lc['rounds']} rounds" if spec and mal else "-",
+        gate = f", p-min {lc['p_min']:g}" if lc.get("p_min") else ""
+        label = f"{name} (depth {lc['depth']}{gate}, {lc['drafter_type']} GGUF)" if spec else name
+        pred = lc.get("predicted_mean_acceptance_length")
+        acc = f"{mal:.2f} over {lc['rounds']} rounds" + (f" (eaglewire predicts {pred:.2f})" if pred else "")
+        rows.append([label, f"{v:.1f}", f"{v / base:.2f}x" if base else "-", acc if spec and mal else "-",
                      f"{lc['outputs_equal_plain']} of {lc['prompts']}" if spec else "-"])
     return rows
 
@@ -170,8 +172,8 @@ def _llama_lines(lc: dict) -> list[str]:
         return []
     return [f"The target served from {lc['target_gguf']} (F32, so llama.cpp and eaglewire decode the same weights), the "
             f"drafter from {lc['export']} (eagle3.target_layers {lc['ids']}). Serve it yourself: "
-            "`eaglewire serve RUN/train --engine llama.cpp --depth 2` (docs/results.md has the depths and types "
-            "compared)."]
+            "`eaglewire serve RUN/train --engine llama.cpp --depth 2` (llama.cpp's draft gate `--p-min` defaults to "
+            "0.5 there; docs/results.md has the depths, gates and types compared)."]
 
 
 def _minutes(s: float) -> str:

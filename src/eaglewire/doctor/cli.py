@@ -96,7 +96,7 @@ def run_live(cfg: DoctorLiveConfig) -> None:
     arch = (t.config.architectures or [t.config.model_type])[0]
     static = static_check_for(cfg.served_drafter or recorded_export(ckpt), [p.name for p in points], t.num_layers, arch)
     rep = doctor_live(cfg.server.rstrip("/"), engine, prompts, cfg.max_new_tokens, static,
-                      target=[source, str(t.path), str(Path(t.path).resolve())])
+                      target=[source, str(t.path), str(Path(t.path).resolve())], p_min=cfg.p_min)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 
@@ -123,7 +123,8 @@ def _run_live_offline(cfg: DoctorLiveConfig) -> None:
                               prov.fingerprint.model_type)
     rep = doctor_live(cfg.server.rstrip("/"), None, prompts, cfg.max_new_tokens, static,
                       offline=lambda depth: offline_acceptance(model, cfg.data, head_w, depth, 64),
-                      target=[source, *([str(Path(source).resolve())] if Path(source).is_dir() else [])])
+                      target=[source, *([str(Path(source).resolve())] if Path(source).is_dir() else [])],
+                      p_min=cfg.p_min)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 

@@ -74,4 +74,6 @@ class DoctorLiveConfig:
                             "(`data build --prompts`); its prompts are sent, and the prediction is the offline "
                             "acceptance on its stored features (an estimate: catches collapsed acceptance, not a "
                             "slightly shifted slot)")
+    p_min: float = opt(0.0, "llama.cpp: the server's --spec-draft-p-min (llama-server does not report it); the "
+                       "prediction stops drafting where llama.cpp does", ge=0, lt=1)
     json: bool = json_flag()

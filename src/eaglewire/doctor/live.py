@@ -12,8 +12,11 @@ config check runs on the directory the server loaded and names the fix.
 
 Tested here against vLLM 0.32 (CPU build) and llama.cpp's llama-server (from
 llama-cpp-python 0.3.36's tree), whose `--metrics` page keeps the same counters
-under `llamacpp:` (llama.cpp drafts ungated with --spec-draft-p-min 0, its
-default). SGLang reports acceptance per request (`meta_info.spec_verify_ct`),
+under `llamacpp:`. vLLM drafts every position; llama.cpp stops a round's
+drafting at a step whose best draft probability (among its 10 best) is below
+`--spec-draft-p-min`, which llama-server does not report: `p_min` names it, and
+the prediction drafts by the same rule (`decoding.draft.step_confidence`).
+SGLang reports acceptance per request (`meta_info.spec_verify_ct`),
 not per position; it is not wired here.
 """
 
@@ -29,7 +32,7 @@ from eaglewire.decoding.engine import SpecConfig
 from eaglewire.doctor.acceptance import decode_rounds, round_masks, unroll_predictions
 from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.doctor.records import trained_model_config
-from eaglewire.doctor.verdict import Report
+from eaglewire.doctor.verdict import Check, Report
 from eaglewire.engines.llama_server import complete as llama_complete
 from eaglewire.engines.vllm_server import (
     complete_ids,
@@ -89,10 +92,13 @@ def served_acceptance(url: str, prompts: list[list[int]], max_new_tokens: int,
     return Acceptance(delta["drafts"], delta["accepted_per_pos"], outputs), len(delta["accepted_per_pos"])
 
 
-def predicted_acceptance(engine, prompts: list[list[int]], depth: int, max_new_tokens: int) -> Acceptance:
-    """eaglewire's engine, chain of `depth`, greedy, no gating: what a correctly wired server accepts."""
+def predicted_acceptance(engine, prompts: list[list[int]], depth: int, max_new_tokens: int,
+                         p_min: float = 0.0) -> Acceptance:
+    """eaglewire's engine, chain of `depth`, greedy, gated per step at `p_min` as llama.cpp gates (0: every
+    position drafted, as vLLM does): what a correctly wired server accepts. Rounds the gate left without
+    drafts are not counted, as neither engine counts them."""
     acc = Acceptance(accepted_per_pos=[0] * depth)
-    cfg = SpecConfig(mode="chain", depth=depth, min_prob=0.0, max_new_tokens=max_new_tokens)
+    cfg = SpecConfig(mode="chain", depth=depth, min_prob=p_min, gate="step", max_new_tokens=max_new_tokens)
     for ids in prompts:
         r = engine.generate(ids, cfg)
         acc.outputs.append(r.token_ids)
@@ -185,24 +191,28 @@ def compare(rep: Report, served: Acceptance, predicted: Acceptance, offline: boo
 
 
 def doctor_live(url: str, engine, prompts: list[list[int]], max_new_tokens: int, static_check=None,
-                offline=None, target: list[str] | None = None) -> Report:
+                offline=None, target: list[str] | None = None, p_min: float = 0.0) -> Report:
     """`engine`: eaglewire's SpecEngine with the trained drafter, or None with `offline(depth) -> Acceptance`
     (targets too big to run here); `static_check(Engine) -> Report | None` runs `doctor config` on what the
     server loaded (called on a FAIL, to name the fix); `target`: names of the drafter's target (its source, its
-    directory): a server running another model is refused before anything is compared."""
+    directory): a server running another model is refused before anything is compared; `p_min`: llama-server's
+    --spec-draft-p-min."""
     rep = Report("live")
     eng = engine_of(url)
+    if p_min and (eng.name != "llama.cpp" or offline is not None):
+        raise EaglewireError(f"--p-min {p_min}: only llama.cpp gates its drafts, and only a prediction that runs the "
+                             f"target can gate the same way ({url} is {eng.label()}"
+                             + (", checked offline)" if offline is not None else ")"))
     rep.add("engine", True, f"{eng.label()} at {url}" + "".join(f"; assumed: {a}" for a in eng.assumptions()))
     served, depth = served_acceptance(url, prompts, max_new_tokens, target, eng)
     if depth == 0 or served.drafts == 0:
-        how = ("start llama-server with --metrics, -md DRAFTER.gguf --spec-type draft-eagle3" if eng.name == "llama.cpp"
-               else "start vLLM with --speculative-config (method eagle3) naming the exported drafter")
-        rep.add("speculation", False, f"{url} reports no speculative drafts for {len(prompts)} prompts", how)
+        rep.checks.append(_no_drafts(url, eng, engine, prompts, max_new_tokens, p_min))
         return rep
-    predicted = offline(depth) if offline is not None else predicted_acceptance(engine, prompts, depth, max_new_tokens)
+    predicted = (offline(depth) if offline is not None
+                 else predicted_acceptance(engine, prompts, depth, max_new_tokens, p_min))
     bad = compare(rep, served, predicted, offline=offline is not None)
     rep.data.update(served=served.to_dict(), predicted=predicted.to_dict(), depth=depth, prompts=len(prompts),
-                    max_new_tokens=max_new_tokens, engine=eng.label(),
+                    max_new_tokens=max_new_tokens, engine=eng.label(), p_min=p_min,
                     tolerance={"count": SLACK_COUNT, "fraction": SLACK_FRACTION})
     if bad is not None and static_check is not None:
         cfg_rep = static_check(eng)
@@ -210,6 +220,20 @@ def doctor_live(url: str, engine, prompts: list[list[int]], max_new_tokens: int,
             for c in cfg_rep.checks:
                 rep.checks.append(c)
     return rep
+
+
+def _no_drafts(url: str, eng: Engine, engine, prompts: list[list[int]], max_new_tokens: int, p_min: float) -> Check:
+    """Why nothing can be compared. A round drafts iff its first step passes the gate, whatever the depth, so a
+    one-step prediction tells a gate that never opens for this drafter from a server that does not speculate."""
+    n = len(prompts)
+    if p_min and engine is not None and predicted_acceptance(engine, prompts, 1, max_new_tokens, p_min).drafts == 0:
+        return Check("speculation", False, f"{url} drafted nothing at --spec-draft-p-min {p_min:g} on {n} prompts, "
+                     f"nor does eaglewire's prediction: this drafter's best first draft never reaches {p_min:g}",
+                     "serve with a lower --p-min (0 drafts every position): nothing is checked, or sped up, while "
+                     "nothing is drafted")
+    how = ("start llama-server with --metrics, -md DRAFTER.gguf --spec-type draft-eagle3" if eng.name == "llama.cpp"
+           else "start vLLM with --speculative-config (method eagle3) naming the exported drafter")
+    return Check("speculation", False, f"{url} reports no speculative drafts for {n} prompts", how)
 
 
 def static_check_for(export_dir: Path | None, trained: list[str], num_layers: int, arch: str | None):

@@ -9,6 +9,7 @@ from pathlib import Path
 from eaglewire.data.config import VOCAB_SIZE_HELP, ExtractSettings
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
+from eaglewire.targets.points import POINTS_HELP
 from eaglewire.training.config import TrainConfig
 
 GIB = 1024 ** 3
@@ -41,7 +42,7 @@ class PlanConfig:
     samples: int = opt(10000, "training conversations", ge=1)
     seq_len: int = opt(2048, "tokens per conversation (prompt + answer)", ge=2)
     new_tokens: int = opt(0, "generated answer tokens per conversation; 0 = 3/4 of --seq-len", ge=0)
-    points: list[str] = opt(help="capture points (repeat or comma-separate): embed, layers.<k>.out (layers.-2.out counts from the end), final_norm, or a set: eagle3 (the default, HF ids [2, L//2, L-3]), eagle3-deep (HF [2, L//2, L-1])", factory=list)
+    points: list[str] = opt(help="capture points (repeat or comma-separate): " + POINTS_HELP, factory=list)
     store_dtype: str = opt(ExtractSettings.dtype, "feature storage dtype", choices=("fp32", "bf16", "fp16"))
     device: str = opt("auto", "where the target and the drafter run: cuda (bf16 target) or cpu (fp32); auto: cuda "
                       "when this machine has one, else cpu. Only sizes: --device cuda works without a GPU here",

@@ -36,7 +36,7 @@ def target_file(cfg: ServeConfig, source: str) -> Path:
 
 def spec_for(cfg: ServeConfig, target: Path, drafter: Path) -> LlamaSpec:
     return LlamaSpec(target_gguf=target, drafter_gguf=drafter, depth=cfg.depth, port=cfg.port, host=cfg.host,
-                     ctx=cfg.max_model_len, threads=cfg.threads)
+                     ctx=cfg.max_model_len, threads=cfg.threads, p_min=cfg.p_min)
 
 
 def print_llamacpp(cfg: ServeConfig, ckpt: Path, source: str, export_dir: Path) -> dict:
@@ -52,7 +52,7 @@ def print_llamacpp(cfg: ServeConfig, ckpt: Path, source: str, export_dir: Path) 
               file=sys.stderr)
     cmd = llama_command("llama-server", spec_for(cfg, target, export_dir / "drafter.gguf"))
     return {"engine": "llama.cpp", "export_command": export, "command": shlex.join(cmd), "export": str(export_dir),
-            "target": source, "depth": cfg.depth}
+            "target": source, "depth": cfg.depth, "p_min": cfg.p_min}
 
 
 def start_llamacpp(cfg: ServeConfig, ckpt: Path, source: str, out: Path) -> tuple[LlamaServer, dict, Path]:
@@ -65,7 +65,7 @@ def start_llamacpp(cfg: ServeConfig, ckpt: Path, source: str, out: Path) -> tupl
     cmd = llama_command(binary, spec)
     log = out / "llama-server.log"
     res = {"url": spec.url, "command": shlex.join(cmd), "export": exp["out"], "ids": exp["ids"],
-           "engine": exp["engine"], "target": source, "target_gguf": str(target), "log": str(log)}
+           "engine": exp["engine"], "target": source, "target_gguf": str(target), "log": str(log), "p_min": cfg.p_min}
     write_json_atomic(out / SERVE_RECORD, res)
     print(f"[serve] {res['command']}", file=sys.stderr, flush=True)
     return LlamaServer(binary, spec, log).start(timeout=cfg.startup_timeout), res, Path(exp["out"])
@@ -75,6 +75,7 @@ def human(res: dict, rep) -> None:
     print(f"serving {res['target_gguf']} with drafter {res['export']} (eagle3.target_layers {res['ids']}, llama.cpp)")
     if rep is not None:
         s, p = rep.data["served"], rep.data["predicted"]
-        print(f"check: {rep.data['prompts']} held-out prompts, served mean acceptance length "
+        gate = f" at --spec-draft-p-min {res['p_min']:g}" if res.get("p_min") else ""
+        print(f"check: {rep.data['prompts']} held-out prompts{gate}, served mean acceptance length "
               f"{s['mean_acceptance_length']:.2f} = eaglewire's {p['mean_acceptance_length']:.2f}; "
               f"accepted per position {s['accepted_per_pos']} of {s['drafts']} rounds")

@@ -152,7 +152,8 @@ def _check(cfg: ServeConfig, ckpt: Path, source: str, url: str, export_dir: Path
     arch = (t.config.architectures or [t.config.model_type])[0]
     static = static_check_for(export_dir, [p.name for p in points], t.num_layers, arch)
     return doctor_live(url, engine, prompts, cfg.max_new_tokens, static,
-                       target=[source, str(t.path), str(Path(t.path).resolve())])
+                       target=[source, str(t.path), str(Path(t.path).resolve())],
+                       p_min=cfg.p_min if cfg.engine == "llama.cpp" else 0.0)
 
 
 def _human(res: dict, rep) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
+from eaglewire.targets.points import POINTS_HELP
 
 
 @dataclass
@@ -32,7 +33,7 @@ class LayersConfig:
 class CaptureConfig:
     text: str = opt(help="text to run through the target")
     out: Path = opt(help="output .safetensors file: one [T, H] tensor per point, plus input_ids")
-    points: list[str] = opt(help="physical points (repeat or comma-separate): embed, layers.<k>.out (layers.-2.out counts from the end), final_norm, or a set (eagle3, eagle3-deep)", factory=list)
+    points: list[str] = opt(help="physical points (repeat or comma-separate): " + POINTS_HELP, factory=list)
     target: str = opt("default", "target: default, tiny:<arch>, an HF model dir, a .gguf file or a hub id (org/name) in the local HF cache")
     chat: bool = opt(False, "wrap the text as a user turn with the target's chat template (generation prompt added)")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")

@@ -187,14 +187,17 @@ def _hf_triple(num_layers: int, back: int) -> list[Point]:
     L = num_layers
     if L < 5:
         raise EaglewireError(f"the EAGLE-3 capture triple needs at least 5 layers (target has {L})")
-    return [points_from_ids([2, L // 2, L - back], "hf", L)[i] for i in range(3)]
+    return points_from_ids([2, L // 2, L - back], "hf", L)[:3]
 
 
 # named --points sets: name -> (points for a target of L layers, help)
 POINT_SETS = {
-    "eagle3": (eagle3_default, "the official EAGLE-3 triple, HF ids [2, L//2, L-3] (the default)"),
-    "eagle3-deep": (eagle3_deep, "the triple with its last slot at the last layer's input, HF ids [2, L//2, L-1]"),
+    "eagle3": (eagle3_default, "the default, HF ids [2, L//2, L-3]"),
+    "eagle3-deep": (eagle3_deep, "HF [2, L//2, L-1]"),
 }
+# the --points help of every command that captures, generated from the sets
+POINTS_HELP = ("embed, layers.<k>.out (layers.-2.out counts from the end), final_norm, or a set: "
+               + ", ".join(f"{n} ({h})" for n, (_, h) in POINT_SETS.items()))
 
 
 # --- engines, versions and the rule each applies -------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 from eaglewire.data.config import ExtractSettings
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
+from eaglewire.targets.points import POINTS_HELP
 
 # the warm-start levels of eaglewire.drafter.warmstart (named here: that module loads torch)
 INITS = ("random", "head", "target")
@@ -20,7 +21,7 @@ class TrainConfig:
     target: str = opt("", "target; default: the one recorded in the dataset manifest (must match its fingerprint), "
                       "with --online the one generate.config.json records")
     online: bool = opt(False, "run the target inside the loop on --data's responses.jsonl: no feature shards read or stored")
-    points: list[str] = opt(help="--online: capture points (repeat or comma-separate): embed, layers.<k>.out (layers.-2.out counts from the end), final_norm, or a set: eagle3 (the default, HF ids [2, L//2, L-3]), eagle3-deep (HF [2, L//2, L-1])",
+    points: list[str] = opt(help="--online: capture points (repeat or comma-separate): " + POINTS_HELP,
                             factory=list)
     store_dtype: str = opt(ExtractSettings.dtype, "--online: round features to this dtype, as `data extract "
                            "--store-dtype` stores them (same losses as offline)", choices=("fp32", "bf16", "fp16"))
