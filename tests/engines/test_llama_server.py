@@ -114,7 +114,11 @@ def test_gated_server_accepts_what_the_step_gate_predicts(llama_run, llama_serve
     prompts = _prompts(engine)
     with _server(llama_server_bin, target_gguf, export / "drafter.gguf", tmp_path / "gated.log", P_MIN) as srv:
         rep = doctor_live(srv.spec.url, engine, prompts, 48, p_min=P_MIN)
+        unsaid = doctor_live(srv.spec.url, engine, prompts[:3], 32)  # the gate not given: named, not blamed on wiring
+    drafted = next(c for c in unsaid.checks if c.name == "draft tokens")
+    assert not drafted.ok and "--p-min" in drafted.fix, unsaid.to_dict()
     assert not rep.failed, rep.to_dict()
+    assert next(c for c in rep.checks if c.name == "draft tokens").ok
     s, p = rep.data["served"], rep.data["predicted"]
     assert rep.data["p_min"] == P_MIN and s["drafts"] > 20 and sum(p["accepted_per_pos"]) > 10
     assert abs(s["mean_acceptance_length"] - p["mean_acceptance_length"]) <= 0.02 * p["mean_acceptance_length"]

@@ -94,6 +94,8 @@ def test_served_acceptance_equals_ours_per_position(vllm_python, served_run, tmp
     assert sum(served.accepted_per_pos) > 0  # the check means something: drafts are accepted
     assert served.outputs == ours.outputs
     assert not rep.failed, rep.to_dict()
+    # vLLM drafts every position: its draft-token count is the ungated prediction's (no gate to name)
+    assert next(c for c in rep.checks if c.name == "draft tokens").ok, (served.draft_tokens, ours.draft_tokens)
 
 
 def test_serve_command_exports_starts_and_checks(vllm_python, served_run, tmp_path):

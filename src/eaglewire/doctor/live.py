@@ -57,6 +57,7 @@ class Acceptance:
     drafts: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
     outputs: list[list[int]] = field(default_factory=list)
+    draft_tokens: int = 0  # tokens drafted over those rounds (0: not counted)
 
     @property
     def mean_length(self) -> float | None:
@@ -74,7 +75,7 @@ class Acceptance:
 
     def to_dict(self) -> dict:
         return {"drafts": self.drafts, "accepted_per_pos": self.accepted_per_pos, "rates": self.rates(),
-                "mean_acceptance_length": self.mean_length}
+                "mean_acceptance_length": self.mean_length, "draft_tokens": self.draft_tokens}
 
 
 def served_acceptance(url: str, prompts: list[list[int]], max_new_tokens: int,
@@ -89,7 +90,8 @@ def served_acceptance(url: str, prompts: list[list[int]], max_new_tokens: int,
     else:
         outputs = [complete_ids(url, model, ids, max_new_tokens) for ids in prompts]
     delta = counter_delta(spec_counters(url), before, url)
-    return Acceptance(delta["drafts"], delta["accepted_per_pos"], outputs), len(delta["accepted_per_pos"])
+    return (Acceptance(delta["drafts"], delta["accepted_per_pos"], outputs, delta["draft_tokens"]),
+            len(delta["accepted_per_pos"]))
 
 
 def predicted_acceptance(engine, prompts: list[list[int]], depth: int, max_new_tokens: int,
@@ -105,6 +107,7 @@ def predicted_acceptance(engine, prompts: list[list[int]], depth: int, max_new_t
         for s in r.metrics.steps:
             if s.drafted:
                 acc.add_round(s.accepted)
+                acc.draft_tokens += s.drafted
     return acc
 
 
@@ -171,6 +174,7 @@ def compare(rep: Report, served: Acceptance, predicted: Acceptance, offline: boo
         rep.add(f"position {p}", ok, f"served accepts {s:.3f} ({served.accepted_per_pos[p]}/{served.drafts}), "
                 f"{how} {q:.3f} ({predicted.accepted_per_pos[p]}/{predicted.drafts}), allowed +-{tol:.3f}",
                 "the server feeds the drafter other features than training captured: see the config rows below")
+    _draft_tokens(rep, served, predicted)
     ms, mp = served.mean_length or 1.0, predicted.mean_length or 1.0
     rep.add("mean acceptance length", first_bad is None, f"served {ms:.2f}, predicted {mp:.2f} (1 + accepted per round)",
             "fix the wiring named below; acceptance follows", level="warning")
@@ -188,6 +192,19 @@ def compare(rep: Report, served: Acceptance, predicted: Acceptance, offline: boo
     rep.add("outputs", len(same) == n, detail, "outputs differ without speculation too when the served target or its "
             "dtype differ: serve the same checkpoint in float32 to compare exactly", level="warning")
     return first_bad
+
+
+def _draft_tokens(rep: Report, served: Acceptance, predicted: Acceptance) -> None:
+    """A server that gates its drafts drafts fewer tokens than an ungated prediction on the same prompts (whole
+    rounds go undrafted, others stop early); its per-position counts then differ without any wiring bug, and
+    this row says why. A miswired drafter drafts more, not fewer (lower acceptance, more rounds); both sides may
+    cut a round short at the end of an answer, hence the 10%."""
+    if not (served.draft_tokens and predicted.draft_tokens):
+        return
+    s, p = served.draft_tokens, predicted.draft_tokens
+    rep.add("draft tokens", s >= 0.9 * p, f"served {s} over {served.drafts} rounds, eaglewire's prediction {p} over "
+            f"{predicted.drafts}", "a server that gates its drafts (llama.cpp's --spec-draft-p-min) drafts fewer: "
+            "give doctor live the same gate with --p-min", level="warning")
 
 
 def doctor_live(url: str, engine, prompts: list[list[int]], max_new_tokens: int, static_check=None,
