@@ -22,9 +22,9 @@ from eaglewire.data.heldout import heldout_prompts_path
 from eaglewire.decoding.compat import load_drafter_for
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
 from eaglewire.decoding.run import encode_prompt_file
-from eaglewire.doctor.live import predicted_acceptance
+from eaglewire.doctor.live import Acceptance, predicted_acceptance
 from eaglewire.engines import llama_env
-from eaglewire.engines.llama_server import LlamaServer, LlamaSpec, complete
+from eaglewire.engines.llama_server import DEFAULT_P_MIN, LlamaServer, LlamaSpec, complete
 from eaglewire.engines.vllm_server import counter_delta, free_port, spec_counters
 from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
@@ -32,7 +32,7 @@ from eaglewire.export.gguf import target_gguf
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.load import load_target
 
-DEPTH, DRAFTER_TYPE, P_MIN = 2, "q8_0", 0.5
+DEPTH, DRAFTER_TYPE, P_MIN = 2, "q8_0", DEFAULT_P_MIN  # what `serve --engine llama.cpp` starts
 
 
 NOT_BUILT = ("no llama-server built here: `python -m eaglewire.engines.llama_env` builds it once (~10-25 min), "
@@ -64,15 +64,15 @@ def llamacpp_stage(run: Path, target: str, n_prompts: int, max_new_tokens: int, 
         secs, toks, outs = _interleaved(urls, plain, prompts, max_new_tokens)
         delta = counter_delta(spec_counters(urls["llama.cpp + drafter"]), before)
     tps = {n: toks[n] / secs[n] for n in secs}
-    drafts = delta["drafts"]
+    served = Acceptance(delta["drafts"], list(delta["accepted_per_pos"]))
     predicted = predicted_acceptance(spec, prompts, DEPTH, max_new_tokens, P_MIN)
     return {"depth": DEPTH, "p_min": P_MIN, "drafter_type": DRAFTER_TYPE, "target_gguf": str(tg), "prompts": len(prompts),
             "max_new_tokens": max_new_tokens, "tokens_per_s": tps,
             "speedup_vs_llama_plain": tps["llama.cpp + drafter"] / tps["llama.cpp plain"],
             "eaglewire_plain_vs_llama_plain": tps["eaglewire plain"] / tps["llama.cpp plain"],
-            "mean_acceptance_length": 1 + sum(delta["accepted_per_pos"]) / drafts if drafts else None,
+            "mean_acceptance_length": served.mean_length,
             "predicted_mean_acceptance_length": predicted.mean_length, "predicted_rounds": predicted.drafts,
-            "rounds": drafts, "outputs_equal_plain": sum(a == b for a, b in zip(outs["llama.cpp + drafter"],
+            "rounds": served.drafts, "outputs_equal_plain": sum(a == b for a, b in zip(outs["llama.cpp + drafter"],
                                                                                   outs["llama.cpp plain"])),
             "export": exp["out"], "ids": exp["ids"]}
 

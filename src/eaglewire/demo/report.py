@@ -17,6 +17,7 @@ from eaglewire.decoding.bench import fmt_ratio, plot_speed
 from eaglewire.demo.acceptance import prediction_row, tau_relation, tau_rows
 from eaglewire.demo.deploy import export_rows, more_lines
 from eaglewire.demo.findings import caveats, doctor_rows, round_cost, verdict_line, verdict_tone
+from eaglewire.engines.llama_server import DEFAULT_P_MIN
 from eaglewire.infra.plots import pyplot
 
 LOSS_LABEL = "loss (nats/token, sum over TTT steps)"
@@ -173,7 +174,7 @@ def _llama_lines(lc: dict) -> list[str]:
     return [f"The target served from {lc['target_gguf']} (F32, so llama.cpp and eaglewire decode the same weights), the "
             f"drafter from {lc['export']} (eagle3.target_layers {lc['ids']}). Serve it yourself: "
             "`eaglewire serve RUN/train --engine llama.cpp --depth 2` (llama.cpp's draft gate `--p-min` defaults to "
-            "0.5 there; docs/results.md has the depths, gates and types compared)."]
+            f"{DEFAULT_P_MIN:g} there; docs/results.md has the depths, gates and types compared)."]
 
 
 def _minutes(s: float) -> str:

@@ -14,6 +14,9 @@ from pathlib import Path
 from eaglewire.engines.vllm_server import VllmServer, http_json
 from eaglewire.infra.errors import EaglewireError
 
+# The draft gate eaglewire serves llama.cpp with (`--spec-draft-p-min`): of the gates measured on this CPU
+# (0, 0.3, 0.5, 0.7; docs/results.md) 0.5 paid best with the standard drafter, and depth 2 with it.
+DEFAULT_P_MIN = 0.5
 
 @dataclass
 class LlamaSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from eaglewire.engines.llama_server import DEFAULT_P_MIN
 from eaglewire.export.config import DEPTH
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
@@ -28,9 +29,9 @@ class ServeConfig:
     target_gguf: str = opt("f32", "llama.cpp: the target GGUF to serve, or a type to convert the target to once "
                            "(f32: what eaglewire's engine runs, so the check is exact; f16, bf16, q8_0)")
     gguf_type: str = opt("f16", "llama.cpp: the drafter's GGUF tensor type (f32, f16, bf16, q8_0)")
-    p_min: float = opt(0.5, "llama.cpp: --spec-draft-p-min, a round stops drafting at a step whose best draft "
+    p_min: float = opt(DEFAULT_P_MIN, "llama.cpp: --spec-draft-p-min, a round stops drafting at a step whose best draft "
                        "probability is below it (0: every position drafted); the check before 'ready' predicts the "
-                       "same gate. 0.5 paid best on this CPU (docs/results.md)", ge=0, lt=1)
+                       f"same gate. {DEFAULT_P_MIN} paid best on this CPU (docs/results.md)", ge=0, lt=1)
     threads: int = opt(0, "llama.cpp: threads for target and drafter (0: llama.cpp's default)", ge=0)
     dtype: str = opt("auto", "vLLM --dtype; auto: float32 on CPU (what eaglewire's engine runs), vLLM's own choice on GPUs")
     max_model_len: int = opt(2048, "vLLM --max-model-len", ge=16)
