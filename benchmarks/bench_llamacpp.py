@@ -30,6 +30,13 @@ server log; the rest of `predicted_ms` is verification and sampling.
 Served acceptance on the f32 target is printed next to eaglewire's prediction
 (`doctor.live.predicted_acceptance`) at each depth. Start-up seconds are
 those of `LlamaServer.start` (its health poll has a 2 s step).
+
+`--batch-costs` also asks each plain server what a verify of k rows costs:
+a prompt whose KV is cached is extended by k of its own generated tokens and
+llama.cpp's `timings.prompt_ms` for those k rows is set against its decode
+time per token (medians over the prompts). That is the verify's share of a
+round a drafter must pay for; eaglewire's own figure is
+`bench_decoding.py`'s "x step".
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import contextlib
 import dataclasses
 import json
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -54,7 +62,7 @@ from eaglewire.decoding.metrics import Metrics
 from eaglewire.decoding.run import encode_prompt_file
 from eaglewire.engines.llama_env import find_server
 from eaglewire.engines.llama_server import LlamaServer, LlamaSpec, complete
-from eaglewire.engines.vllm_server import free_port
+from eaglewire.engines.vllm_server import free_port, http_json
 from eaglewire.export.checkpoint import read_provenance, resolve_dir
 from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
@@ -89,6 +97,8 @@ def _parse() -> argparse.Namespace:
                     help="also run eaglewire plain, chain, tree and tree + lookup")
     ap.add_argument("--chain-depth", type=int, default=3, help="eaglewire chain depth (ungated)")
     ap.add_argument("--llama-server", default="", help="a llama-server binary (default: the managed build)")
+    ap.add_argument("--batch-costs", default="", help="also measure llama.cpp's k-row batch against its decode "
+                    "step on the plain servers, e.g. 1,2,3,4,8 (empty: skip)")
     ap.add_argument("--json", type=Path, default=None, help="write the result here ('-' prints it)")
     a = ap.parse_args()
     a.depths = sorted({int(d) for d in a.depths.split(",") if d.strip()})
@@ -202,6 +212,36 @@ def _draft_ms(log: Path, n_prompts: int) -> float | None:
     return cum[-1] - cum[0]
 
 
+def _cached(url: str, ids: list[int], max_new: int) -> dict:
+    """One greedy request that keeps (and reuses) the server's prompt cache."""
+    body = {"prompt": ids, "n_predict": max_new, "temperature": 0.0, "top_k": 1, "seed": 0, "cache_prompt": True,
+            "return_tokens": True, "n_probs": 0}
+    return http_json(url, "/completion", body, timeout=600)
+
+
+def batch_costs(url: str, prompts: list[list[int]], sizes: list[int], max_new: int = 32) -> dict:
+    """llama.cpp's cost of k rows in one batch (a verify's size) in its own decode steps: per prompt, the prompt
+    is cached, then extended by k of the tokens generated after it; medians over the prompts."""
+    step, rows = [], {k: [] for k in sizes}
+    for ids in prompts:
+        r = _cached(url, ids, max_new)
+        gen, step_ms = r.get("tokens") or [], r["timings"].get("predicted_per_token_ms")
+        if step_ms:
+            step.append(step_ms)
+        for k in sizes:
+            if len(gen) < k:
+                continue
+            _cached(url, ids, 1)  # the cache holds the prompt again
+            t = _cached(url, ids + gen[:k], 1)["timings"]
+            if t.get("prompt_n") == k:  # exactly the k new rows were evaluated
+                rows[k].append(t["prompt_ms"])
+    if not step:
+        return {}
+    dec = statistics.median(step)
+    return {"decode_ms": dec, "rows": {k: {"ms": statistics.median(v), "steps": statistics.median(v) / dec,
+                                          "n": len(v)} for k, v in rows.items() if v}}
+
+
 def _llama_row(recs: list, n_prompts: int, spec: LlamaSpec, draft_ms: float | None) -> dict:
     timings = [t for _, _, t in recs]
     gen = sum(len(toks) for toks, _, _ in recs)
@@ -308,6 +348,10 @@ def _report(res: dict) -> None:
     if res.get("eaglewire_plain_equals_llama_f32_plain") is not None:
         print(f"eaglewire plain = llama.cpp f32 plain on {res['eaglewire_plain_equals_llama_f32_plain']}/"
               f"{c['prompts']} prompts")
+    for name, bc in (res.get("batch_costs") or {}).items():
+        if bc:
+            print(f"{name}: decode {bc['decode_ms']:.1f} ms/token; k rows in one batch, in decode steps: "
+                  + ", ".join(f"{k}: {v['steps']:.2f} ({v['ms']:.1f} ms)" for k, v in bc["rows"].items()))
     for p in res.get("acceptance_predicted_vs_served", []):
         served = ", ".join(f"{t} {_fmt(v['mean_acceptance_length'], '.3f')} ({v['drafted']} / {v['accepted']})"
                            for t, v in p["served_f32_by_drafter_type"].items())
@@ -322,12 +366,15 @@ def _bench(a, ckpt: Path, source: str, target, drafter, points, prompts, work: P
     specs = _server_specs(a, source, _export_drafters(ckpt, a.drafter_types, work))
     with contextlib.ExitStack() as stack:
         calls, startup, logs = _start_all(stack, binary, specs, work)
+        calls_url = {n: s.url for n, s in specs.items()}
         if a.with_eaglewire:
             calls.update(_eaglewire_methods(target, drafter, points, a.chain_depth))
         recs, warm = _run_interleaved(calls, prompts, a.max_new_tokens)
+        sizes = [int(k) for k in a.batch_costs.split(",") if k.strip()]
+        costs = {n: batch_costs(calls_url[n], prompts, sizes) for n in calls_url if sizes and not specs[n].drafter_gguf}
     draft_ms = {n: _draft_ms(logs[n], len(prompts)) for n in specs if specs[n].drafter_gguf}
     rows = _summarize(recs, specs, draft_ms, len(prompts))
-    res = {"llama_server": str(binary), "startup_s": startup, "methods": rows,
+    res = {"llama_server": str(binary), "startup_s": startup, "methods": rows, "batch_costs": costs,
            "timings_keys": sorted(next((w for n, w in warm.items() if n in specs and specs[n].drafter_gguf), {})),
            "commands": {n: LlamaServer(binary, s, logs[n]).command for n, s in specs.items()}}
     ew, lp = recs.get("eaglewire plain"), recs.get("llama.cpp f32 plain")
@@ -347,7 +394,7 @@ def main() -> None:
         res = _bench(a, ckpt, source, target, drafter, points, prompts, Path(tmp))
     res["config"] = {"run": str(a.run), "drafter": str(ckpt), "target": source, "prompts": len(prompts),
                      "max_new_tokens": a.max_new_tokens, "depths": a.depths, "p_mins": a.p_mins, "drafter_types": a.drafter_types,
-                     "target_types": a.target_types, "threads": a.threads, "with_eaglewire": a.with_eaglewire,
+                     "target_types": a.target_types, "threads": a.threads, "batch_costs": a.batch_costs, "with_eaglewire": a.with_eaglewire,
                      "chain_depth": a.chain_depth}
     if "f32" in a.target_types:
         res["acceptance_predicted_vs_served"] = _predicted(SpecEngine(target, drafter, points), prompts, a.depths,
