@@ -80,11 +80,11 @@ def test_lean_draft_equals_the_model_step(tiny_targets, arch, variant):
     # two tree levels of 3 nodes: the second sees its own ancestors among the first level's entries only
     h = runner.last.expand(1, 3, -1)
     lvl1 = torch.eye(3, dtype=torch.bool)
-    out1 = runner._step([5, 6, 7], h, runner.length, 0, lvl1)
+    out1 = runner._step([5, 6, 7], h, runner.length, 0, lvl1.tolist())
     want1, new1 = ref.draft(torch.tensor([[5, 6, 7]]), h, ref.n, ref.kv, torch.cat([torch.ones(3, ref.n, dtype=torch.bool), lvl1], 1))
     torch.testing.assert_close(out1, want1, rtol=1e-4, atol=1e-4)
     lvl2 = torch.tensor([[0, 1, 0, 1, 0, 0], [1, 0, 0, 0, 1, 0], [0, 0, 1, 0, 0, 1]], dtype=torch.bool)
-    out2 = runner._step([8, 9, 10], out1, runner.length + 1, 3, lvl2)
+    out2 = runner._step([8, 9, 10], out1, runner.length + 1, 3, lvl2.tolist())
     allowed2 = torch.cat([torch.ones(3, ref.n, dtype=torch.bool), lvl2], 1)
     want2, _ = ref.draft(torch.tensor([[8, 9, 10]]), want1, ref.n + 1, cat_kv(ref.kv, new1), allowed2)
     torch.testing.assert_close(out2, want2, rtol=1e-4, atol=1e-4)

@@ -54,6 +54,16 @@ def _lean_runner(target, points, fused: bool) -> TargetRunner:
     return runner
 
 
+def _steps_match_transformers(target, ids, fused: bool) -> None:
+    """Every step of :func:`_steps` on the lean runner equals the runner's transformers path."""
+    lean = _lean_runner(target, [EMBED, FINAL_NORM], fused)
+    ref = TargetRunner(target, [EMBED, FINAL_NORM])
+    ref.lean_why = "off for the reference"
+    for (h1, f1), (h2, f2) in zip(_steps(lean, ids), _steps(ref, ids)):
+        torch.testing.assert_close(h1, h2, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(f1, f2, rtol=1e-5, atol=1e-5)
+
+
 PATHS = pytest.mark.parametrize("fused", [True, False], ids=["fused", "ops"])
 
 
@@ -99,12 +109,20 @@ def test_lean_with_biases_equals_transformers(fused):
         p.data.normal_(0, 0.2)
     target = SimpleNamespace(model=model)
     ids = torch.randint(0, 300, (1, 40), generator=torch.Generator().manual_seed(3))
-    lean = _lean_runner(target, [EMBED, FINAL_NORM], fused)
-    ref = TargetRunner(target, [EMBED, FINAL_NORM])
-    ref.lean_why = "off for the reference"
-    for (h1, f1), (h2, f2) in zip(_steps(lean, ids), _steps(ref, ids)):
-        torch.testing.assert_close(h1, h2, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(f1, f2, rtol=1e-5, atol=1e-5)
+    _steps_match_transformers(target, ids, fused)
+
+
+@pytest.mark.parametrize("head_dim", [12, 64, 72])
+def test_lean_head_sizes_equal_transformers(head_dim):
+    """The fused attention takes keys eight at a time when the head size is a multiple of 8 and sums values
+    64 floats at a time in registers: 64 and 72 (a 64-block and a tail) run those paths with the default
+    target's head size, 12 the scalar ones; the tiny targets' 16 only the first."""
+    torch.manual_seed(head_dim)
+    cfg = LlamaConfig(vocab_size=300, hidden_size=2 * head_dim, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=head_dim)
+    target = SimpleNamespace(model=LlamaForCausalLM(cfg).eval())
+    ids = torch.randint(0, 300, (1, 40), generator=torch.Generator().manual_seed(4))
+    _steps_match_transformers(target, ids, True)
 
 
 def test_lean_scope(tiny_targets):

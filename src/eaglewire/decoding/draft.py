@@ -25,8 +25,9 @@ import torch
 
 from eaglewire.decoding.draft_lean import DraftCache, LeanDraft
 from eaglewire.decoding.tree import DraftTree
-from eaglewire.drafter.model import KV, Eagle3Drafter, causal_mask
+from eaglewire.drafter.model import KV, Eagle3Drafter
 from eaglewire.targets.fastlinear import FastLinear, packed_linears
+from eaglewire.targets.lean import rms_norm
 from eaglewire.targets.smallm import MAX_ROWS
 
 # llama.cpp's EAGLE-3 draft sampler keeps the 10 best draft logits (top-k 10, then a softmax over them) and stops
@@ -77,19 +78,18 @@ class DraftRunner:
         return self.cache.past(self.length)
 
     def _run(self, ids: torch.Tensor, hidden: torch.Tensor, pos: torch.Tensor, used: int,
-             allowed: torch.Tensor | None) -> torch.Tensor:
+             blocked: torch.Tensor | None) -> torch.Tensor:
         """The drafter's layers on T new tokens after ``used`` cached rows; their K/V are written at rows
-        used..used+T. ids [1, T]; hidden [1, T, H]; pos [T]; allowed bool [T, used+T] (None: every cached
-        key, causal among the new ones). Returns the fed-back hidden [1, T, H]."""
+        used..used+T. ids [1, T]; hidden [1, T, H]; pos [T]; blocked bool [T, used+T], True = may not attend
+        (None: every cached key, causal among the new ones). Returns the fed-back hidden [1, T, H]."""
         t = ids.shape[1]
-        if allowed is None and t > 1:
-            allowed = causal_mask(t, used, device=self.device)[0, 0]
         self.cache.room(used + t)
+        if blocked is None and t > 1:
+            blocked = torch.ones(t, used + t, dtype=torch.bool, device=self.device).triu_(used + 1)
         if self.lean is not None and t <= MAX_ROWS:  # a prompt's extend takes the model's step below
-            blocked = None if allowed is None else (~allowed.to(self.device)).contiguous()
             return self.lean.step(ids, hidden, pos, self.cache, used, blocked)
-        mask = (torch.ones(t, used + t, dtype=torch.bool, device=self.device) if allowed is None
-                else allowed.to(self.device))[None, None]  # [1, 1, T, used+T]
+        mask = (torch.ones(t, used + t, dtype=torch.bool, device=self.device) if blocked is None
+                else ~blocked)[None, None]  # [1, 1, T, used+T], True = may attend
         with packed_linears(self.drafter, self.fast):
             out, new = self.drafter.step(ids, hidden, pos[None], self.cache.past(used), mask)
         self.cache.write(used, new)
@@ -110,17 +110,22 @@ class DraftRunner:
         self.last = out[:, -1:]  # [1, 1, H]
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.head(self.drafter.head_input(hidden)).float()  # [..., Dv], = drafter.logits
+        if self.lean is not None:  # the head's norm in one op (drafter.head_input runs transformers' RMSNorm)
+            x = hidden if self.drafter.config.norm_output else rms_norm(hidden, self.drafter.norm)
+        else:
+            x = self.drafter.head_input(hidden)
+        return self.head(x).float()  # [..., Dv], = drafter.logits
 
     def _step(self, tokens: list[int], hidden: torch.Tensor, pos: int, cols: int,
-              tree_cols: torch.Tensor) -> torch.Tensor:
+              tree_cols: list[list[bool]]) -> torch.Tensor:
         """Draft step for k nodes at one depth after ``cols`` draft entries of this round.
-        tree_cols: bool [k, cols+k] over those entries and the k new ones."""
+        tree_cols: per node, which of those entries and the k new ones it may attend to ([k][cols+k])."""
         k = len(tokens)
         ids = torch.tensor([tokens], device=self.device)  # [1, k]
-        prefix = torch.ones(k, self.length, dtype=torch.bool)
-        allowed = torch.cat([prefix, tree_cols], 1)  # [k, P+cols+k]
-        return self._run(ids, hidden, torch.full((k,), pos, device=self.device), self.length + cols, allowed)
+        blocked = torch.zeros(k, self.length + cols + k, dtype=torch.bool)  # every real entry visible
+        blocked[:, self.length:] = ~torch.tensor(tree_cols, dtype=torch.bool)  # [k, cols+k]
+        return self._run(ids, hidden, torch.full((k,), pos, device=self.device), self.length + cols,
+                         blocked.to(self.device))
 
     @torch.inference_mode()
     def chain(self, root: int, depth: int, sample=None, min_prob: float = 0.0, gate: str = "path") -> DraftTree:
@@ -158,8 +163,7 @@ class DraftRunner:
             tree.probs.append(probs)
             if step == depth - 1:
                 break
-            cols = torch.ones(1, step + 1, dtype=torch.bool)
-            h = self._step([tok], h, self.length + step, step, cols)
+            h = self._step([tok], h, self.length + step, step, [[True] * (step + 1)])
         return tree
 
     def _to_target_vocab(self, p: torch.Tensor) -> torch.Tensor:
@@ -197,11 +201,11 @@ class DraftRunner:
         for level in range(2, depth + 1):
             if max(scores[f] for f in frontier) < floor:
                 break
-            m = torch.zeros(k, cols + k, dtype=torch.bool)
+            m = [[False] * (cols + k) for _ in range(k)]  # [k][cols+k]: ancestors' entries and its own
             for j, f in enumerate(frontier):
                 for a in anc[f][:-1]:
-                    m[j, kv_col[a]] = True
-                m[j, cols + j] = True
+                    m[j][kv_col[a]] = True
+                m[j][cols + j] = True
                 kv_col[f] = cols + j
             out = self._step([toks[f] for f in frontier], hidden, self.length + level - 2, cols, m)
             cols += k

@@ -102,6 +102,7 @@ class LeanDraft:
             self.args = [tuple(a.bfloat16() if isinstance(a, torch.Tensor) and a.dim() == 2 else a for a in args)
                          for args in self.args]
         self.rope = RopeRows(drafter.rotary_emb, c.head_dim)
+        self.norm_output = c.norm_output
 
     @classmethod
     def build(cls, drafter: Eagle3Drafter, weights: str = "fp32") -> LeanDraft | None:
@@ -124,4 +125,4 @@ class LeanDraft:
                 residual = h_n if layer.norm_before_residual else h
             h = self.kernel.lean_layer(residual.contiguous(), *self.args[i], cache.k[i], cache.v[i], used, cos, sin,
                                        blocked, self.hq, self.hk, self.dim, w.scale, attn_in)
-        return self.drafter.fed_back(h)[None]  # [1, T, H]
+        return (rms_norm(h, self.drafter.norm) if self.norm_output else h)[None]  # [1, T, H], = drafter.fed_back

@@ -137,16 +137,21 @@ def keep_rows(cache, n_new: int, keep_idx: list[int]) -> None:
         if drop:
             cache.crop(-drop)
         return
+    first = next(i for i, k in enumerate(keep_idx) if k != i)  # rows before it are in place already
+    sources: dict[tuple, torch.Tensor] = {}  # one index tensor per (past, device), not one per layer
     for layer in cache.layers:
         keys = getattr(layer, "keys", None)
         if not getattr(layer, "is_initialized", True) or keys is None or not keys.numel():
             continue
         past = keys.shape[-2] - n_new
-        src = torch.tensor([past + i for i in keep_idx], device=keys.device)
+        key = (past, keys.device)
+        if key not in sources:
+            sources[key] = torch.tensor([past + i for i in keep_idx], device=keys.device)
+        src = sources[key]
         n = past + len(keep_idx)
         if isinstance(layer, GrowingLayer) and layer._is_view():
-            layer._kbuf[:, :, past:n] = layer._kbuf.index_select(-2, src)
-            layer._vbuf[:, :, past:n] = layer._vbuf.index_select(-2, src)
+            layer._kbuf[:, :, past + first:n] = layer._kbuf.index_select(-2, src[first:])
+            layer._vbuf[:, :, past + first:n] = layer._vbuf.index_select(-2, src[first:])
             layer.keys, layer.values = layer._kbuf[:, :, :n], layer._vbuf[:, :, :n]
         else:
             idx = torch.cat([torch.arange(past, device=keys.device), src])

@@ -29,6 +29,13 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+inline float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
 inline float dot(const float* a, const float* b, int64_t n) {
   int64_t k = 0;
   __m256 acc = _mm256_setzero_ps();
@@ -83,6 +90,45 @@ inline float exp_shifted(float* s, int64_t T, float mx) {
     sum += s[j];
   }
   return sum;
+}
+
+// Eight dot products of one query row with keys K[0..7] ([8, D] row-major, D a multiple of 8), as one vector.
+// Why: one key at a time ran a chain of D/8 dependent FMAs and a horizontal sum per key; eight independent
+// accumulators and one transposing reduction keep both FMA pipes busy. With the register-held value sums
+// below and the vectorised max and normalisation, measured on the 2-core AMD VM (default target, 300-token
+// context, both builds in one process, interleaved): 8-row verify 17.99 -> 16.52 ms, 4 rows 13.94 -> 13.83,
+// 1 row 12.71 -> 12.65. Attention work grows with rows x context, so wide verifies gain most.
+inline __m256 dot8(const float* q, const float* K, int64_t D) {
+  __m256 a[8];
+  for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
+  for (int64_t v = 0; v < D; v += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + v);
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(K + r * D + v), a[r]);
+  }
+  // hadd pairs twice: u0 = [sums of a0..a3 over lanes 0-3 | over lanes 4-7], u1 the same for a4..a7
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// o[0..D) = sum_j w[j] * V[j] over the T keys with w[j] != 0, 64 output floats at a time held in registers (D a
+// multiple of 64; axpy per key otherwise), so o is not loaded and stored once per key.
+inline void weighted_rows(const float* w, const float* V, int64_t T, int64_t D, float* o) {
+  int64_t d0 = 0;
+  for (; d0 + 64 <= D; d0 += 64) {
+    __m256 acc[8];
+    for (int v = 0; v < 8; ++v) acc[v] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < T; ++j) {
+      if (w[j] == 0.f) continue;
+      const __m256 wj = _mm256_set1_ps(w[j]);
+      const float* vr = V + j * D + d0;
+      for (int v = 0; v < 8; ++v) acc[v] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vr + 8 * v), acc[v]);
+    }
+    for (int v = 0; v < 8; ++v) _mm256_storeu_ps(o + d0 + 8 * v, acc[v]);
+  }
+  if (d0 < D)
+    for (int64_t j = 0; j < T; ++j)
+      if (w[j] != 0.f) axpy(w[j], V + j * D + d0, o + d0, D - d0);
 }
 
 // a[i] = silu(g[i]) * u[i] for n floats
@@ -169,16 +215,22 @@ torch::Tensor lean_layer(torch::Tensor x, torch::Tensor ln1, double eps1, torch:
       const float* q = p + m * W + h * D;
       const float* K = kb + g * cap * D;
       const float* V = vb + g * cap * D;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < T; ++j) {
-        s[j] = (blk && blk[m * T + j]) ? -std::numeric_limits<float>::infinity()
-                                       : dot(q, K + j * D, D) * static_cast<float>(scale);
-        mx = std::max(mx, s[j]);
-      }
-      const float sum = exp_shifted(s.data(), T, mx);
-      float* o = out + m * hq * D + h * D;
-      for (int64_t j = 0; j < T; ++j)
-        if (s[j] != 0.f) axpy(s[j] / sum, V + j * D, o, D);
+      const float ninf = -std::numeric_limits<float>::infinity(), sc = static_cast<float>(scale);
+      int64_t j = 0;
+      if (D % 8 == 0)
+        for (; j + 8 <= T; j += 8) _mm256_storeu_ps(&s[j], _mm256_mul_ps(dot8(q, K + j * D, D), _mm256_set1_ps(sc)));
+      for (; j < T; ++j) s[j] = dot(q, K + j * D, D) * sc;
+      if (blk)
+        for (j = 0; j < T; ++j)
+          if (blk[m * T + j]) s[j] = ninf;
+      __m256 mv = _mm256_set1_ps(ninf);
+      for (j = 0; j + 8 <= T; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(&s[j]));
+      float mx = hmax8(mv);
+      for (; j < T; ++j) mx = std::max(mx, s[j]);
+      const __m256 inv = _mm256_set1_ps(1.f / exp_shifted(s.data(), T, mx));
+      for (j = 0; j + 8 <= T; j += 8) _mm256_storeu_ps(&s[j], _mm256_mul_ps(_mm256_loadu_ps(&s[j]), inv));
+      for (; j < T; ++j) s[j] *= _mm256_cvtss_f32(inv);  // blocked keys stay 0 and are skipped
+      weighted_rows(s.data(), V, T, D, out + m * hq * D + h * D);
     }
   });
   auto x1 = x + ::linear(attn, wo, bo);  // [N, H]
