@@ -21,13 +21,14 @@ from eaglewire.targets.smallm import smallm_kernel
 
 
 def _rounded(drafter):
-    """The drafter with every matrix of its layers and head rounded to bf16 (norms, embedding and fc kept)."""
+    """The drafter with every matrix of its layers, its head and its fc rounded to bf16 (norms, embedding kept)."""
     r = copy.deepcopy(drafter)
     for layer in r.decoder_layers:
         for p in layer.parameters():
             if p.dim() == 2:
                 p.data = p.data.bfloat16().float()
     r.lm_head.weight.data = r.lm_head.weight.data.bfloat16().float()
+    r.fc.weight.data = r.fc.weight.data.bfloat16().float()
     return r
 
 

@@ -2,11 +2,14 @@
 
 import random
 
+import pytest
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from eaglewire.targets import kvcache
 from eaglewire.targets.kvcache import GrowingLayer, growing_cache, keep_rows
+from eaglewire.targets.smallm import smallm_kernel
 
 
 def _reference_keep(layer, n_new, keep_idx):
@@ -15,8 +18,16 @@ def _reference_keep(layer, n_new, keep_idx):
     layer.keys, layer.values = layer.keys.index_select(-2, idx), layer.values.index_select(-2, idx)
 
 
-def test_random_appends_crops_and_keeps_match_concatenation():
-    """Every operation the engine and generate() perform, in random order, on both caches."""
+@pytest.mark.parametrize("in_place", [True, False], ids=["kernel", "torch"])
+def test_random_appends_crops_and_keeps_match_concatenation(in_place, monkeypatch):
+    """Every operation the engine and generate() perform, in random order, on both caches; the rollback
+    through the kernel's one call (move_rows) where it was built, and through torch's gathers."""
+    moved = []
+    real = kvcache._move_in_place
+    monkeypatch.setattr(kvcache, "_move_in_place", (lambda *a: moved.append(real(*a)) or moved[-1]) if in_place
+                        else (lambda *a: False))
+    if in_place and smallm_kernel() is None:
+        pytest.skip("the CPU kernel could not be built here")
     rng = random.Random(0)
     g = torch.Generator().manual_seed(0)
     ours, ref = GrowingLayer(), DynamicLayer()
@@ -43,6 +54,7 @@ def test_random_appends_crops_and_keeps_match_concatenation():
             _reference_keep(ref, n_new, keep)
         assert torch.equal(ours.keys, ref.keys) and torch.equal(ours.values, ref.values), step
     assert ours._kbuf.shape[-2] < 4 * ref.keys.shape[-2] + 128  # capacity stays proportional
+    assert any(moved) == in_place  # the kernel's call did the rollbacks (or was never tried)
 
 
 def test_replaced_tensors_are_adopted():

@@ -62,10 +62,13 @@ class DraftRunner:
         # bf16 where the one-call layers run (draft_lean.py says why); elsewhere the drafter as it is
         self.weights = weights if self.lean is not None else str(p.dtype).removeprefix("torch.").replace("float32", "fp32")
         # the draft head is small next to the target's but still the drafter's largest matmul
-        if self.weights == "bf16":
+        if self.weights == "bf16":  # the projection too: its 4 MB (fp32) are read from memory after every verify
             self.head = FastLinear(drafter.lm_head.weight.bfloat16(), pack=False)
+            self.fc = FastLinear(drafter.fc.weight.bfloat16(), None if drafter.fc.bias is None
+                                 else drafter.fc.bias.float(), pack=False)
         else:
             self.head = FastLinear(drafter.lm_head.weight) if fast else drafter.lm_head
+            self.fc = None  # the model's fc (packed for 2..64 rows where fast)
         self.cache = DraftCache(drafter)
         self.reset()
 
@@ -102,8 +105,11 @@ class DraftRunner:
         next_tokens: [1, T] target ids; feats: [1, T, A*Ht] target features.
         """
         t = next_tokens.shape[1]
-        with packed_linears(self.drafter.fc, self.fast):
-            hidden = self.drafter.project(feats.to(self.dtype))  # [1, T, H]
+        if self.fc is not None and t <= MAX_ROWS:  # a prompt's extend takes the model's fc
+            hidden = self.fc(self.drafter.fc_input(feats.to(self.dtype)))  # [1, T, H]
+        else:
+            with packed_linears(self.drafter.fc, self.fast):
+                hidden = self.drafter.project(feats.to(self.dtype))  # [1, T, H]
         pos = torch.arange(self.length, self.length + t, device=self.device)  # [T]
         out = self._run(next_tokens.to(self.device), hidden, pos, self.length, None)
         self.length += t

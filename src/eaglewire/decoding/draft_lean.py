@@ -16,7 +16,7 @@ built, the drafter's rotary a type the target's lean forward takes. Results
 equal :meth:`Eagle3Drafter.step` to float rounding (tests/decoding).
 
 ``weights="bf16"`` keeps the layers' four weight matrices (and, in
-decoding/draft.py, the draft head) in bf16 for drafting. Why: between two
+decoding/draft.py, the draft head and the fc projection) in bf16 for drafting. Why: between two
 target passes the drafter's ~35 MB are evicted, so every draft step streams
 them from memory again (a chain of 3 read ~110 MB a round, ~0.2 of a decode
 step); bf16 halves that. Products still sum in fp32 over the widened weights,

@@ -399,11 +399,16 @@ class Eagle3Drafter(nn.Module):
     # ------------------------------------------------------------- compute
     def project(self, features: torch.Tensor) -> torch.Tensor:
         """Target features ``[B, T, A*Ht]`` -> drafter hidden ``[B, T, H]``."""
+        return self.fc(self.fc_input(features))
+
+    def fc_input(self, features: torch.Tensor) -> torch.Tensor:
+        """What ``fc`` reads: the features ``[B, T, A*Ht]``, normed where the config says (decoding runs its
+        own copy of ``fc``)."""
         if self.config.fc_norm:
             features = self.fc_norm(features)
         if self.config.norm_before_fc:
             features = self.input_norm(features)
-        return self.fc(features)
+        return features
 
     def fed_back(self, hidden: torch.Tensor) -> torch.Tensor:
         """What the next draft step reads: the layer output, or with ``norm_output`` its normed form."""

@@ -26,6 +26,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+from eaglewire.targets.smallm import smallm_kernel
+
 
 class GrowingLayer(DynamicLayer):
     """A ``DynamicLayer`` whose appends write into preallocated capacity."""
@@ -138,6 +140,8 @@ def keep_rows(cache, n_new: int, keep_idx: list[int]) -> None:
             cache.crop(-drop)
         return
     first = next(i for i, k in enumerate(keep_idx) if k != i)  # rows before it are in place already
+    if _move_in_place(cache, n_new, keep_idx, first):
+        return
     sources: dict[tuple, torch.Tensor] = {}  # one index tensor per (past, device), not one per layer
     for layer in cache.layers:
         keys = getattr(layer, "keys", None)
@@ -157,3 +161,25 @@ def keep_rows(cache, n_new: int, keep_idx: list[int]) -> None:
             idx = torch.cat([torch.arange(past, device=keys.device), src])
             layer.keys = keys.index_select(-2, idx)
             layer.values = layer.values.index_select(-2, idx)
+
+
+def _move_in_place(cache, n_new: int, keep_idx: list[int], first: int) -> bool:
+    """:func:`keep_rows` as one C++ call over every layer's buffers (False: not applicable here, nothing done).
+
+    Applies when every layer is a :class:`GrowingLayer` whose keys/values are views of its CPU buffers with
+    the same length, and the thin-matrix kernel was built (targets/smallm.py)."""
+    kernel = smallm_kernel()
+    layers = cache.layers
+    if kernel is None or not hasattr(kernel, "move_rows") or not layers:
+        return False
+    if not all(type(layer) is GrowingLayer and layer.is_initialized and layer._is_view() for layer in layers):
+        return False
+    lengths = {layer.keys.shape[-2] for layer in layers}
+    bufs = [b for layer in layers for b in (layer._kbuf, layer._vbuf)]
+    if len(lengths) != 1 or any(b.device.type != "cpu" or not b.is_contiguous() for b in bufs):
+        return False
+    past = lengths.pop() - n_new
+    kernel.move_rows(bufs, past, keep_idx, first)
+    for layer in layers:
+        layer.grow(past + len(keep_idx))
+    return True

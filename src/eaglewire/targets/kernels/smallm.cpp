@@ -167,7 +167,10 @@ torch::Tensor lean_layer(torch::Tensor x, torch::Tensor ln1, double eps1, torch:
                          c10::optional<torch::Tensor> blocked, int64_t hq, int64_t hk, int64_t D, double scale,
                          c10::optional<torch::Tensor> attn_in);
 
+void move_rows(std::vector<torch::Tensor> bufs, int64_t past, std::vector<int64_t> src, int64_t first);  // lean_layer.cpp
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("move_rows", &move_rows, "keep chosen rows of KV buffers in place (lean_layer.cpp)");
   m.def("linear", &linear, "y = x W^T (+ b), 1..16 rows, fp32 x, fp32 or bf16 W, AVX2");
   m.def("lean_layer", &lean_layer, "one Llama-family decoder layer for 1..16 tokens (lean_layer.cpp)");
 }
