@@ -35,6 +35,10 @@ MAX_ROWS = 16  # the kernel's row counts: 1..MAX_ROWS (a tree of 7 plus a lookup
 SOURCE = Path(__file__).resolve().parent / "kernels" / "smallm.cpp"
 SOURCES = (SOURCE, SOURCE.parent / "lean_layer.cpp")  # the products, and one decoder layer around them
 _STATE: dict[str, object] = {}
+# compiler flags per torch CPU capability (part of the cache key): AVX-512 CPUs also get its wider registers
+# for the 7..16-row products (kernels/smallm.cpp says where they pay)
+ISA_FLAGS = {"AVX2": ["-mavx2", "-mfma"],
+             "AVX512": ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"]}
 
 
 def _capability() -> str:
@@ -84,7 +88,7 @@ def _build():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mod = load(name=name, sources=[str(p) for p in SOURCES], build_directory=str(build), verbose=False,
-                       extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"])
+                       extra_cflags=["-O3", *ISA_FLAGS[_capability()], "-fopenmp"], extra_ldflags=["-fopenmp"])
     finally:
         os.environ["PATH"] = path
     if fresh:
@@ -94,7 +98,7 @@ def _build():
 
 def _self_check(mod) -> str | None:
     g = torch.Generator().manual_seed(0)
-    for m, n, k in ((1, 67, 29), (3, 64, 576), (8, 33, 100), (13, 70, 64), (16, 9, 24)):
+    for m, n, k in ((1, 67, 29), (3, 64, 576), (8, 33, 100), (13, 70, 64), (16, 9, 24), (9, 37, 1543)):
         x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g))
         for bias in (None, b):
             for wt in (w, w.bfloat16()):  # bf16 weights are widened exactly: the same sums as fp32 of them
