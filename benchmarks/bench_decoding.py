@@ -124,12 +124,13 @@ def bench_target(target, context: int, repeats: int) -> dict:
     return res
 
 
-WAYS = ("model", "kernel", "lean", "lean-bf16")  # model step on MKL / on the kernel / one C++ call per layer / + bf16
+# model step on MKL / on the kernel / one C++ call per layer / + bf16 / + int8 rows
+WAYS = ("model", "kernel", "lean", "lean-bf16", "lean-int8")
 
 
 def bench_drafter(target, context: int, repeats: int, draft_vocab: int = 8192, evict_mb: int = 0) -> dict:
     """One round's drafting on a random drafter sized for the target: an extend by 2 accepted tokens and a
-    tree of the CPU default shape (top_k 3, depth 2, 7 tokens, every level expanded), four ways.
+    tree of the CPU default shape (top_k 3, depth 2, 7 tokens, every level expanded), five ways.
 
     With ``evict_mb``, a buffer that large is read before every timed round (untimed), as the target's
     forward evicts the drafter's weights between two rounds in decoding; without it they stay in cache."""
@@ -144,7 +145,7 @@ def bench_drafter(target, context: int, repeats: int, draft_vocab: int = 8192, e
     evict = (lambda: buf.sum()) if buf is not None else None
 
     for way in WAYS:
-        run = DraftRunner(dr, fast=way != "model", weights="bf16" if way == "lean-bf16" else "fp32")
+        run = DraftRunner(dr, fast=way != "model", weights=way.removeprefix("lean-") if "-" in way else "fp32")
         if way == "kernel":
             run.lean = None
         elif way.startswith("lean") and run.lean is None:

@@ -42,6 +42,12 @@ def test_kernel_equals_f_linear(kernel, m, n, k):
         # bf16 weights (the drafter's, decoding/draft_lean.py): the sums of the same widened values
         wb = w.bfloat16()
         torch.testing.assert_close(kernel.linear(x, wb, bias), F.linear(x, wb.float(), bias), rtol=1e-5, atol=1e-4)
+        # int8 rows with their scale: the matrix they stand for, rebuilt here from the stored bytes
+        wq = smallm.quantize_rows(w)
+        q, scale = wq[:, :k].float(), torch.frombuffer(bytearray(wq[:, k:].numpy().tobytes()), dtype=torch.float32)
+        assert wq.dtype == torch.int8 and wq.shape == (n, k + 4) and q.abs().max() == 127
+        torch.testing.assert_close(kernel.linear(x, wq, bias), F.linear(x, q * scale[:, None], bias),
+                                   rtol=1e-5, atol=1e-4)
 
 
 def test_kernel_uses_every_thread_count(kernel):
@@ -68,6 +74,12 @@ def test_fastlinear_routes_rows_to_the_kernel_and_the_rest_elsewhere(kernel):
         x = torch.randn(rows, 64, generator=g)
         torch.testing.assert_close(fl(x), F.linear(x, w, b), rtol=1e-5, atol=1e-4)
     assert fl(torch.randn(2, 3, 64)).shape == (2, 3, 300)
+    # an int8-row weight: the kernel for 1..16 rows, its widened matrix elsewhere; same results either way
+    fq = FastLinear(smallm.quantize_rows(w), b, pack=False)
+    assert fq.kernel is kernel and fq.in_features == 64
+    for rows in (1, 16, 17, 40):
+        x = torch.randn(rows, 64, generator=g)
+        torch.testing.assert_close(fq(x), F.linear(x, smallm.widened(fq.weight), b), rtol=1e-5, atol=1e-4)
 
 
 def test_disabled_kernel_leaves_the_fallback(tmp_path):

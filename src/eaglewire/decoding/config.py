@@ -25,10 +25,10 @@ class _DraftShape:
     gate: str = opt("path", "chain: what --min-prob compares: path (the draft probability of the whole chain so "
                     "far) or step (each step's best draft probability among its 10 best, llama.cpp's "
                     "--spec-draft-p-min rule)", choices=("path", "step"))
-    draft_weights: str = opt("bf16", "the drafter's weight matrices while drafting on CPU: bf16 (half the bytes each "
-                             "draft step streams; drafts may differ from fp32's at near-ties, outputs stay exact) "
-                             "or fp32 (the drafter as trained); elsewhere the drafter runs as loaded",
-                             choices=("fp32", "bf16"))
+    draft_weights: str = opt("int8", "the drafter's weight matrices while drafting on CPU: bf16 (half the bytes each "
+                             "draft step streams; drafts may differ from fp32's at near-ties, outputs stay exact), "
+                             "int8 (a quarter: each row as int8 with one scale) or fp32 (the drafter as trained); "
+                             "elsewhere the drafter runs as loaded", choices=("fp32", "bf16", "int8"))
 
 
 @dataclass(kw_only=True)

@@ -23,11 +23,10 @@ import math
 
 import torch
 
-from eaglewire.decoding.draft_lean import DraftCache, LeanDraft
+from eaglewire.decoding.draft_lean import DraftCache, LeanDraft, narrowed
 from eaglewire.decoding.tree import DraftTree
 from eaglewire.drafter.model import KV, Eagle3Drafter
 from eaglewire.targets.fastlinear import FastLinear, packed_linears
-from eaglewire.targets.lean import rms_norm
 from eaglewire.targets.smallm import MAX_ROWS
 
 # llama.cpp's EAGLE-3 draft sampler keeps the 10 best draft logits (top-k 10, then a softmax over them) and stops
@@ -62,9 +61,9 @@ class DraftRunner:
         # bf16 where the one-call layers run (draft_lean.py says why); elsewhere the drafter as it is
         self.weights = weights if self.lean is not None else str(p.dtype).removeprefix("torch.").replace("float32", "fp32")
         # the draft head is small next to the target's but still the drafter's largest matmul
-        if self.weights == "bf16":  # the projection too: its 4 MB (fp32) are read from memory after every verify
-            self.head = FastLinear(drafter.lm_head.weight.bfloat16(), pack=False)
-            self.fc = FastLinear(drafter.fc.weight.bfloat16(), None if drafter.fc.bias is None
+        if self.weights != "fp32":  # the projection too: its 4 MB (fp32) are read from memory after every verify
+            self.head = FastLinear(narrowed(drafter.lm_head.weight, self.weights), pack=False)
+            self.fc = FastLinear(narrowed(drafter.fc.weight, self.weights), None if drafter.fc.bias is None
                                  else drafter.fc.bias.float(), pack=False)
         else:
             self.head = FastLinear(drafter.lm_head.weight) if fast else drafter.lm_head
@@ -116,10 +115,7 @@ class DraftRunner:
         self.last = out[:, -1:]  # [1, 1, H]
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.lean is not None:  # the head's norm in one op (drafter.head_input runs transformers' RMSNorm)
-            x = hidden if self.drafter.config.norm_output else rms_norm(hidden, self.drafter.norm)
-        else:
-            x = self.drafter.head_input(hidden)
+        x = self.drafter.head_input(hidden, None if self.lean is None else self.lean.norm)
         return self.head(x).float()  # [..., Dv], = drafter.logits
 
     def _step(self, tokens: list[int], hidden: torch.Tensor, pos: int, cols: int,
@@ -128,10 +124,12 @@ class DraftRunner:
         tree_cols: per node, which of those entries and the k new ones it may attend to ([k][cols+k])."""
         k = len(tokens)
         ids = torch.tensor([tokens], device=self.device)  # [1, k]
-        blocked = torch.zeros(k, self.length + cols + k, dtype=torch.bool)  # every real entry visible
-        blocked[:, self.length:] = ~torch.tensor(tree_cols, dtype=torch.bool)  # [k, cols+k]
-        return self._run(ids, hidden, torch.full((k,), pos, device=self.device), self.length + cols,
-                         blocked.to(self.device))
+        blocked = None  # one node that sees every entry (a chain's step): nothing to block
+        if k > 1 or not all(tree_cols[0]):
+            blocked = torch.zeros(k, self.length + cols + k, dtype=torch.bool)  # every real entry visible
+            blocked[:, self.length:] = ~torch.tensor(tree_cols, dtype=torch.bool)  # [k, cols+k]
+            blocked = blocked.to(self.device)
+        return self._run(ids, hidden, torch.full((k,), pos, device=self.device), self.length + cols, blocked)
 
     @torch.inference_mode()
     def chain(self, root: int, depth: int, sample=None, min_prob: float = 0.0, gate: str = "path") -> DraftTree:

@@ -21,7 +21,12 @@ target passes the drafter's ~35 MB are evicted, so every draft step streams
 them from memory again (a chain of 3 read ~110 MB a round, ~0.2 of a decode
 step); bf16 halves that. Products still sum in fp32 over the widened weights,
 so the drafts are those of the drafter with bf16-rounded weights, as GPUs
-serve it. The target's verify is untouched: outputs stay exact.
+serve it. ``weights="int8"`` halves it again: each matrix row as int8 with
+one fp32 scale (targets/smallm.py's ``quantize_rows``), the drafts those of
+the drafter with its rows rounded to 255 levels; and the drafter's footprint
+in the last-level cache shrinks with it, which also left the target's
+verify faster (docs/results.md). The target's verify is untouched: outputs
+stay exact.
 """
 
 from __future__ import annotations
@@ -30,9 +35,20 @@ import torch
 
 from eaglewire.drafter.model import KV, Eagle3Drafter
 from eaglewire.targets.lean import LeanWeights, RopeRows, rms_norm
-from eaglewire.targets.smallm import MAX_ROWS, smallm_kernel
+from eaglewire.targets.smallm import MAX_ROWS, quantize_rows, smallm_kernel
 
-DRAFT_WEIGHTS = ("fp32", "bf16")  # what the drafter's matrices are streamed as while drafting on CPU
+DRAFT_WEIGHTS = ("fp32", "bf16", "int8")  # what the drafter's matrices are streamed as while drafting on CPU
+
+
+def narrowed(w: torch.Tensor, weights: str) -> torch.Tensor:
+    """A drafter matrix [N, K] as drafting streams it (``weights`` one of :data:`DRAFT_WEIGHTS`)."""
+    if weights == "fp32":
+        return w
+    if weights == "bf16":
+        return w.bfloat16()
+    if weights == "int8":
+        return quantize_rows(w)
+    raise ValueError(f"draft weights {weights!r}: expected one of {', '.join(DRAFT_WEIGHTS)}")
 
 
 class DraftCache:
@@ -98,11 +114,10 @@ class LeanDraft:
         self.layers = drafter.decoder_layers
         self.weights = [LeanWeights(layer, scale=c.head_dim**-0.5) for layer in self.layers]
         self.args = [w.fused_args() for w in self.weights]
-        if weights == "bf16":  # the matrices only: norm weights and biases are 1-D and stay fp32
-            self.args = [tuple(a.bfloat16() if isinstance(a, torch.Tensor) and a.dim() == 2 else a for a in args)
-                         for args in self.args]
+        if weights != "fp32":  # the matrices only: norm weights and biases are 1-D and stay fp32
+            self.args = [tuple(narrowed(a, weights) if isinstance(a, torch.Tensor) and a.dim() == 2 else a
+                               for a in args) for args in self.args]
         self.rope = RopeRows(drafter.rotary_emb, c.head_dim)
-        self.norm_output = c.norm_output
 
     @classmethod
     def build(cls, drafter: Eagle3Drafter, weights: str = "fp32") -> LeanDraft | None:
@@ -125,4 +140,8 @@ class LeanDraft:
                 residual = h_n if layer.norm_before_residual else h
             h = self.kernel.lean_layer(residual.contiguous(), *self.args[i], cache.k[i], cache.v[i], used, cos, sin,
                                        blocked, self.hq, self.hk, self.dim, w.scale, attn_in)
-        return (rms_norm(h, self.drafter.norm) if self.norm_output else h)[None]  # [1, T, H], = drafter.fed_back
+        return self.drafter.fed_back(h, self.norm)[None]  # [1, T, H]
+
+    def norm(self, h: torch.Tensor) -> torch.Tensor:
+        """The drafter's final norm in one op (the module runs transformers' RMSNorm, several)."""
+        return rms_norm(h, self.drafter.norm)

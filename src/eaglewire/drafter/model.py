@@ -410,9 +410,12 @@ class Eagle3Drafter(nn.Module):
             features = self.input_norm(features)
         return features
 
-    def fed_back(self, hidden: torch.Tensor) -> torch.Tensor:
-        """What the next draft step reads: the layer output, or with ``norm_output`` its normed form."""
-        return self.norm(hidden) if self.config.norm_output else hidden
+    def fed_back(self, hidden: torch.Tensor, norm=None) -> torch.Tensor:
+        """What the next draft step reads: the layer output, or with ``norm_output`` its normed form.
+
+        ``norm``: what applies ``self.norm`` (default the module itself; CPU decoding passes a one-op form),
+        so the rule of which side is normed lives here only."""
+        return (norm or self.norm)(hidden) if self.config.norm_output else hidden
 
     def step(
         self,
@@ -475,9 +478,10 @@ class Eagle3Drafter(nn.Module):
             new_kv.append(kv)
         return self.fed_back(hidden), new_kv
 
-    def head_input(self, hidden: torch.Tensor) -> torch.Tensor:
-        """What lm_head reads from a step's output ``[B, T, H]``: normed once, whichever form was fed back."""
-        return hidden if self.config.norm_output else self.norm(hidden)
+    def head_input(self, hidden: torch.Tensor, norm=None) -> torch.Tensor:
+        """What lm_head reads from a step's output ``[B, T, H]``: normed once, whichever form was fed back
+        (``norm`` as in :meth:`fed_back`)."""
+        return hidden if self.config.norm_output else (norm or self.norm)(hidden)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Draft-vocab logits ``[B, T, D]`` from a step's output ``[B, T, H]``."""

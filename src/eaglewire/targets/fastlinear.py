@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eaglewire.targets.smallm import smallm_kernel, usable
+from eaglewire.targets.smallm import in_features, smallm_kernel, usable, widened
 
 
 def _packable(weight: torch.Tensor) -> bool:
@@ -53,14 +53,14 @@ class FastLinear(nn.Module):
         # row count (paid once per prefill length), and at M=1 MKL is as fast
         # for the small decoder matrices.
         self.min_rows, self.max_rows = min_rows, max_rows
-        self.out_features, self.in_features = weight.shape
+        self.out_features, self.in_features = weight.shape[0], in_features(weight)
         self.weight = weight.detach()
         self.bias = None if bias is None else bias.detach()
         self.packed = None
         # the thin-matrix kernel, for 1..MAX_ROWS rows (targets/smallm.py) (None: not built here); it also takes
-        # a bf16 weight (a drafter's, decoding/draft_lean.py), widened in registers
-        cpu_bf16 = self.weight.device.type == "cpu" and self.weight.dtype == torch.bfloat16
-        self.kernel = smallm_kernel() if kernel and (_packable(self.weight) or cpu_bf16) else None
+        # a bf16 or int8-row weight (a drafter's, decoding/draft_lean.py), widened in registers
+        narrow = self.weight.device.type == "cpu" and self.weight.dtype in (torch.bfloat16, torch.int8)
+        self.kernel = smallm_kernel() if kernel and (_packable(self.weight) or narrow) else None
         if self.kernel is not None:
             self.weight = self.weight.contiguous()
             self.bias = None if self.bias is None else self.bias.contiguous()
@@ -71,8 +71,8 @@ class FastLinear(nn.Module):
                 self.packed = None
 
     def _plain(self, x: torch.Tensor) -> torch.Tensor:
-        """F.linear, a weight of another dtype than x (a bf16 one beside fp32 rows) widened to x's."""
-        return F.linear(x, self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype), self.bias)
+        """F.linear, a weight of another dtype than x (a bf16 or int8-row one beside fp32 rows) widened to x's."""
+        return F.linear(x, self.weight if self.weight.dtype == x.dtype else widened(self.weight).to(x.dtype), self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         if (self.packed is None and self.kernel is None) or x.dtype != torch.float32 or x.device.type != "cpu":

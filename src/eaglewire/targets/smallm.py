@@ -101,8 +101,9 @@ def _self_check(mod) -> str | None:
     for m, n, k in ((1, 67, 29), (3, 64, 576), (8, 33, 100), (13, 70, 64), (16, 9, 24), (9, 37, 1543)):
         x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g))
         for bias in (None, b):
-            for wt in (w, w.bfloat16()):  # bf16 weights are widened exactly: the same sums as fp32 of them
-                got, want = mod.linear(x, wt, bias), F.linear(x, wt.float(), bias)
+            # bf16 weights are widened exactly (the same sums as fp32 of them); int8 rows sum, then scale
+            for wt in (w, w.bfloat16(), quantize_rows(w)):
+                got, want = mod.linear(x, wt, bias), F.linear(x, widened(wt), bias)
                 if not torch.allclose(got, want, rtol=1e-5, atol=1e-4):
                     return (f"self-check failed at M={m}, N={n}, K={k}, {wt.dtype} weights "
                             f"(max diff {(got - want).abs().max():.3g})")
@@ -128,6 +129,35 @@ def smallm_kernel():
 
 
 def usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether the kernel takes this call: fp32 CPU rows, fp32 or bf16 weights, 1..MAX_ROWS rows."""
-    return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype in (torch.float32, torch.bfloat16)
+    """Whether the kernel takes this call: fp32 CPU rows, fp32, bf16 or int8-row weights, 1..MAX_ROWS rows."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype in WEIGHT_DTYPES
             and 1 <= x.shape[0] <= MAX_ROWS)
+
+
+# The kernel's int8 format: each output row's K values as int8, then that row's fp32 scale (4 bytes), one
+# tensor [N, K + 4]. Symmetric per row (the row's largest magnitude maps to 127): a drafter's matrices at a
+# quarter of their fp32 bytes, for drafting only (decoding/draft_lean.py); products still sum in fp32.
+SCALE_BYTES = 4
+WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.int8)
+
+
+def quantize_rows(w: torch.Tensor) -> torch.Tensor:
+    """int8 rows with their scale ``[N, K + 4]`` for a float matrix ``[N, K]``."""
+    w = w.detach().float()
+    scale = w.abs().amax(dim=1, keepdim=True) / 127  # [N, 1]
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(w / scale).clamp_(-127, 127).to(torch.int8)  # [N, K]
+    return torch.cat([q, scale.contiguous().view(torch.int8)], dim=1).contiguous()  # [N, K + 4]
+
+
+def in_features(w: torch.Tensor) -> int:
+    """K of a weight in any of the kernel's formats."""
+    return w.shape[1] - (SCALE_BYTES if w.dtype == torch.int8 else 0)
+
+
+def widened(w: torch.Tensor) -> torch.Tensor:
+    """The fp32 matrix ``[N, K]`` a weight in any of the kernel's formats stands for (exact for bf16)."""
+    if w.dtype != torch.int8:
+        return w.float()
+    k = in_features(w)
+    return w[:, :k].float() * w[:, k:].contiguous().view(torch.float32)  # [N, K] * [N, 1]

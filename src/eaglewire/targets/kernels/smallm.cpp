@@ -1,5 +1,5 @@
-// y[M, N] = x[M, K] @ W[N, K]^T (+ b) for M = 1..16 rows, fp32 (W fp32 or bf16), AVX2/FMA (AVX-512 for 7+ rows
-// where the CPU has it).
+// y[M, N] = x[M, K] @ W[N, K]^T (+ b) for M = 1..16 rows, fp32 (W fp32, bf16 or int8 rows with a scale),
+// AVX2/FMA (AVX-512 for 7+ rows where the CPU has it).
 //
 // Why: a speculative verify multiplies 2..16 rows by every weight of the target.
 // MKL and oneDNN run such thin products on one core (or re-read W per row), so a
@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 static inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -29,6 +30,20 @@ static inline float load1(const uint16_t* p) {
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
+static inline float load1(const int8_t* p) { return static_cast<float>(*p); }
+
+// An int8 matrix is stored as rows of K int8 values each followed by that row's fp32 scale (4 bytes), so a
+// drafter's matrix streams a quarter of its fp32 bytes and still travels as one tensor [N, K + 4] through
+// every call (smallm.py's quantize_rows writes it). fp32 and bf16 rows carry no scale.
+template <typename W>
+constexpr int64_t SCALE_BYTES = std::is_same<W, int8_t>::value ? 4 : 0;
+static inline float row_scale(const float*, int64_t) { return 1.f; }
+static inline float row_scale(const uint16_t*, int64_t) { return 1.f; }
+static inline float row_scale(const int8_t* row, int64_t K) {
+  float s;
+  std::memcpy(&s, row + K, sizeof s);
+  return s;
+}
 
 // The vector width the products run at. A weight row's L floats: fp32 as stored, or bf16 (the top half of an
 // fp32) widened by a 16-bit shift, so a bf16 matrix streams half the bytes and every product sums in fp32.
@@ -40,6 +55,9 @@ struct Avx2 {
   static V load(const uint16_t* p) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static V load(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static float sum(V v) { return hsum(v); }
@@ -55,6 +73,9 @@ struct Avx512 {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
+  static V load(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static float sum(V v) { return _mm512_reduce_add_ps(v); }
 };
@@ -63,7 +84,7 @@ struct Avx512 {
 // R weight rows per pass (R*M accumulators must fit the registers: 16 ymm, 32 zmm); PF: prefetch the next rows.
 template <class S, int M, int R, bool PF, typename W>
 static void block(const float* x, const W* w, const float* b, float* y, int64_t n, int64_t N, int64_t K) {
-  const int64_t KL = K & ~(S::L - 1);
+  const int64_t KL = K & ~(S::L - 1), ld = K + SCALE_BYTES<W>;  // ld: a weight row's stride
   const bool pf = PF && n + 2 * R <= N;  // the next R rows exist
   constexpr int64_t LINE = 64 / sizeof(W);  // weights per cache line: one prefetch each
   typename S::V acc[R][M];
@@ -71,20 +92,21 @@ static void block(const float* x, const W* w, const float* b, float* y, int64_t 
     for (int m = 0; m < M; ++m) acc[r][m] = S::zero();
   for (int64_t k = 0; k < KL; k += S::L) {
     typename S::V wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = S::load(w + (n + r) * K + k);
+    for (int r = 0; r < R; ++r) wv[r] = S::load(w + (n + r) * ld + k);
     if (pf && (k & (LINE - 1)) == 0)
-      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (n + R + r) * K + k), _MM_HINT_T0);
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (n + R + r) * ld + k), _MM_HINT_T0);
     for (int m = 0; m < M; ++m) {
       const typename S::V xv = S::load(x + m * K + k);
       for (int r = 0; r < R; ++r) acc[r][m] = S::fma(wv[r], xv, acc[r][m]);
     }
   }
   for (int r = 0; r < R; ++r) {
-    const W* wr = w + (n + r) * K;
+    const W* wr = w + (n + r) * ld;
+    const float scale = row_scale(wr, K);
     for (int m = 0; m < M; ++m) {
       float s = S::sum(acc[r][m]);
       for (int64_t k = KL; k < K; ++k) s += load1(wr + k) * x[m * K + k];
-      y[m * N + n + r] = s + (b ? b[n + r] : 0.f);
+      y[m * N + n + r] = s * scale + (b ? b[n + r] : 0.f);
     }
   }
 }
@@ -171,11 +193,14 @@ static void products(const float* xp, const W* wp, const float* bp, float* yp, i
   at::parallel_for(0, N, 32, [&](int64_t n0, int64_t n1) { run_rows(M, xp, wp, bp, yp, n0, n1, N, K); });
 }
 
-// w fp32, or bf16 (a drafter's matrices stored at half the bytes; x, bias and y stay fp32)
+// w fp32, bf16 or int8 rows with their scale (a drafter's matrices at a half or a quarter of the bytes; x, bias
+// and y stay fp32)
 torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "x [M, K] and w [N, K] expected");
-  const bool half = w.scalar_type() == at::kBFloat16;
-  TORCH_CHECK(x.scalar_type() == at::kFloat && (half || w.scalar_type() == at::kFloat), "fp32 x, fp32 or bf16 w only");
+  const bool half = w.scalar_type() == at::kBFloat16, q8 = w.scalar_type() == at::kChar;
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1) - (q8 ? 4 : 0),
+              "x [M, K] and w [N, K] (int8: [N, K + 4]) expected");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && (half || q8 || w.scalar_type() == at::kFloat),
+              "fp32 x, fp32, bf16 or int8 w only");
   TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "contiguous x and w expected");
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   TORCH_CHECK(M >= 1 && M <= MAX_ROWS, "1..16 rows only");
@@ -188,6 +213,8 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tens
   if (half)
     products(x.data_ptr<float>(), reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()), bp,
              y.data_ptr<float>(), M, N, K);
+  else if (q8)
+    products(x.data_ptr<float>(), w.data_ptr<int8_t>(), bp, y.data_ptr<float>(), M, N, K);
   else
     products(x.data_ptr<float>(), w.data_ptr<float>(), bp, y.data_ptr<float>(), M, N, K);
   return y;
@@ -207,6 +234,6 @@ void move_rows(std::vector<torch::Tensor> bufs, int64_t past, std::vector<int64_
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("move_rows", &move_rows, "keep chosen rows of KV buffers in place (lean_layer.cpp)");
-  m.def("linear", &linear, "y = x W^T (+ b), 1..16 rows, fp32 x, fp32 or bf16 W, AVX2");
+  m.def("linear", &linear, "y = x W^T (+ b), 1..16 rows, fp32 x, fp32, bf16 or int8 (+ row scale) W, AVX2");
   m.def("lean_layer", &lean_layer, "one Llama-family decoder layer for 1..16 tokens (lean_layer.cpp)");
 }

@@ -1,9 +1,10 @@
-"""Drafting with the drafter's matrices in bf16 (`--draft-weights bf16`): the drafts of the bf16-rounded
-drafter, and outputs still exactly the target's.
+"""Drafting with the drafter's matrices in bf16 or int8 rows (`--draft-weights bf16|int8`): the drafts of
+the rounded drafter, and outputs still exactly the target's.
 
 Reference: the model's own fp32 step (concatenated K/V, the training path) on
-a copy of the drafter whose weight matrices were rounded to bf16 and widened
-back, so the only difference left is the order of float sums.
+a copy of the drafter whose weight matrices were rounded to bf16, or to
+int8 per row by an independent rounding written here, and widened back, so
+the only difference left is the order of float sums.
 """
 
 from __future__ import annotations
@@ -20,15 +21,28 @@ from eaglewire.drafter.model import causal_mask
 from eaglewire.targets.smallm import smallm_kernel
 
 
-def _rounded(drafter):
-    """The drafter with every matrix of its layers, its head and its fc rounded to bf16 (norms, embedding kept)."""
+def _round_int8(w: torch.Tensor) -> torch.Tensor:
+    """Each row to the nearest of 255 levels spaced by its largest magnitude / 127 (written without the kernel's
+    helpers: per row, in float64)."""
+    out = torch.empty_like(w)
+    for i, row in enumerate(w.double()):
+        step = row.abs().max() / 127
+        out[i] = (torch.round(row / step) * step).float() if step > 0 else row.float()
+    return out
+
+
+ROUND = {"bf16": lambda w: w.bfloat16().float(), "int8": _round_int8}
+
+
+def _rounded(drafter, weights):
+    """The drafter with every matrix of its layers, its head and its fc rounded (norms, embedding kept)."""
     r = copy.deepcopy(drafter)
     for layer in r.decoder_layers:
         for p in layer.parameters():
             if p.dim() == 2:
-                p.data = p.data.bfloat16().float()
-    r.lm_head.weight.data = r.lm_head.weight.data.bfloat16().float()
-    r.fc.weight.data = r.fc.weight.data.bfloat16().float()
+                p.data = ROUND[weights](p.data)
+    r.lm_head.weight.data = ROUND[weights](r.lm_head.weight.data)
+    r.fc.weight.data = ROUND[weights](r.fc.weight.data)
     return r
 
 
@@ -38,14 +52,15 @@ def kernel():
         pytest.skip("the CPU kernel could not be built here")
 
 
+@pytest.mark.parametrize("weights", list(ROUND))
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 @torch.inference_mode()
-def test_bf16_drafting_equals_the_rounded_drafter(kernel, tiny_targets, arch):
+def test_narrow_drafting_equals_the_rounded_drafter(kernel, tiny_targets, arch, weights):
     t = tiny_targets[arch]
     drafter = random_drafter(t)
-    ref = _rounded(drafter)
-    runner = DraftRunner(drafter, weights="bf16")
-    assert runner.weights == "bf16" and runner.lean is not None
+    ref = _rounded(drafter, weights)
+    runner = DraftRunner(drafter, weights=weights)
+    assert runner.weights == weights and runner.lean is not None
     g = torch.Generator().manual_seed(0)
     width = drafter.config.num_aux * drafter.config.target_hidden_size
     kv, n = None, 0
@@ -62,12 +77,13 @@ def test_bf16_drafting_equals_the_rounded_drafter(kernel, tiny_targets, arch):
     assert not torch.allclose(DraftRunner(drafter)._logits(h), runner._logits(h), rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("weights", list(ROUND))
 @torch.inference_mode()
-def test_bf16_drafting_keeps_greedy_outputs_exact(kernel, tiny_targets, trained_drafters):
+def test_narrow_drafting_keeps_greedy_outputs_exact(kernel, tiny_targets, trained_drafters, weights):
     t = tiny_targets["llama"]
     drafter, points = trained_drafters["llama"]
-    eng = SpecEngine(t, drafter, points, draft_weights="bf16")
-    assert eng.draft.weights == "bf16"
+    eng = SpecEngine(t, drafter, points, draft_weights=weights)
+    assert eng.draft.weights == weights
     for p in PROMPTS[:2]:
         ids = eng.encode(p)
         ref = greedy_reference(t, ids, 24)
@@ -77,5 +93,11 @@ def test_bf16_drafting_keeps_greedy_outputs_exact(kernel, tiny_targets, trained_
 
 def test_without_the_kernel_the_drafter_runs_as_loaded(tiny_targets):
     t = tiny_targets["llama"]
-    runner = DraftRunner(random_drafter(t), fast=False, weights="bf16")
-    assert runner.lean is None and runner.weights == "fp32"
+    for weights in ROUND:
+        runner = DraftRunner(random_drafter(t), fast=False, weights=weights)
+        assert runner.lean is None and runner.weights == "fp32"
+
+
+def test_unknown_draft_weights_are_refused(kernel, tiny_targets):
+    with pytest.raises(ValueError, match="expected one of fp32, bf16, int8"):
+        DraftRunner(random_drafter(tiny_targets["llama"]), weights="int4")
