@@ -64,7 +64,7 @@ def test_narrow_drafting_equals_the_rounded_drafter(kernel, tiny_targets, arch, 
     g = torch.Generator().manual_seed(0)
     width = drafter.config.num_aux * drafter.config.target_hidden_size
     kv, n = None, 0
-    for t_new in (3, 1, 16, 5, 2):  # every extend through the C++ layer (a prompt's > 16 rows runs fp32)
+    for t_new in (40, 3, 1, 16, 5, 2):  # every extend through the C++ layer (a prompt's 40 rows in 16-row chunks)
         ids = torch.randint(0, t.vocab_size, (1, t_new), generator=g)
         feats = torch.randn(1, t_new, width, generator=g)
         runner.extend(ids, feats)

@@ -30,7 +30,8 @@ def _points(target) -> list[Point]:
 
 
 def _steps(runner, ids):
-    """Prefill 24 (transformers path), 6 single tokens, a causal 4, a tree 4 and its rollback, one more token."""
+    """Prefill 24 (on the lean runner 16 + 8 rows), 6 single tokens, a causal 4, a tree 4 and its rollback, one
+    more token."""
     outs = [runner.forward(ids[:, :24])]
     outs += [runner.forward(ids[:, i:i + 1]) for i in range(24, 30)]
     outs.append(runner.forward(ids[:, 30:34]))
@@ -96,6 +97,32 @@ def test_lean_decode_equals_one_uncached_forward(tiny_targets, arch, fused):
     got = [runner.forward(ids[:, i:i + 1])[0] for i in range(3, n - 4)] + [runner.forward(ids[:, n - 4:])[0]]
     torch.testing.assert_close(torch.cat(got, dim=1), want[:, 3:], rtol=1e-4, atol=1e-5)
     assert runner._lean is not None
+
+
+@PATHS
+@pytest.mark.parametrize("arch", LEAN_ARCHS)
+def test_lean_prompt_in_chunks_equals_one_uncached_forward(tiny_targets, arch, fused):
+    """A 37-token prompt runs as 16 + 16 + 5 rows (past the 16-token sliding window); its hidden states and
+    captured features equal transformers' forward of the whole sequence, and so does the next token's."""
+    target = tiny_targets[arch]
+    points = _points(target)
+    ids = torch.randint(0, target.model.config.vocab_size, (1, 38), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        out = decoder_stack(target.model)(input_ids=ids, use_cache=False, output_hidden_states=True)
+    hs, want_h = out.hidden_states, out.last_hidden_state  # hs: embed, each layer's output (the last one normed)
+    assert all(p.layer + 1 < len(hs) - 1 for p in points[1:-1])
+    want_feats = torch.cat([hs[0]] + [hs[p.layer + 1] for p in points[1:-1]], dim=-1)  # [1, 38, (A-1)*H]
+    runner = _lean_runner(target, points, fused)
+    calls = []
+    real = runner._lean.forward
+    runner._lean.forward = lambda ids_, *a: calls.append(ids_.shape[1]) or real(ids_, *a)
+    h, feats = runner.forward(ids[:, :37])
+    h2, feats2 = runner.forward(ids[:, 37:])
+    assert calls == [16, 16, 5, 1]
+    torch.testing.assert_close(torch.cat([h, h2], 1), want_h, rtol=1e-4, atol=1e-5)
+    got = torch.cat([feats, feats2], 1)  # [1, 38, A*H]: embed, the layers, final_norm
+    torch.testing.assert_close(got[..., : want_feats.shape[-1]], want_feats, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got[..., want_feats.shape[-1]:], want_h, rtol=1e-4, atol=1e-5)
 
 
 @PATHS

@@ -101,10 +101,16 @@ class DraftRunner:
     def extend(self, next_tokens: torch.Tensor, feats: torch.Tensor) -> None:
         """Append real entries: ``next_tokens[:, i]`` = x[t+1] for features ``feats[:, i]`` = f[t].
 
-        next_tokens: [1, T] target ids; feats: [1, T, A*Ht] target features.
+        next_tokens: [1, T] target ids; feats: [1, T, A*Ht] target features. Where the one-call layers
+        run, a prompt's extend (T > MAX_ROWS) goes through them in MAX_ROWS-row chunks, as the target's
+        prefill does (decoding/target_runner.py says why), with the weights every draft step uses.
         """
         t = next_tokens.shape[1]
-        if self.fc is not None and t <= MAX_ROWS:  # a prompt's extend takes the model's fc
+        if self.lean is not None and t > MAX_ROWS:
+            for i in range(0, t, MAX_ROWS):
+                self.extend(next_tokens[:, i : i + MAX_ROWS], feats[:, i : i + MAX_ROWS])
+            return
+        if self.fc is not None:  # narrowed weights: the one-call layers run (lean), so T <= MAX_ROWS here
             hidden = self.fc(self.drafter.fc_input(feats.to(self.dtype)))  # [1, T, H]
         else:
             with packed_linears(self.drafter.fc, self.fast):

@@ -20,7 +20,14 @@ of every layer so rejected drafts can be rolled back past the window.
 Decode and verify calls (1..16 tokens) on Llama-family stacks in fp32 on CPU
 take :class:`~eaglewire.targets.lean.LeanStack` instead of transformers'
 forward (same cache, same captured points, equal to float rounding; about a
-third less time per step); ``lean_why`` says why a runner does not.
+third less time per step); ``lean_why`` says why a runner does not. A
+prompt (any causal call) takes it too, in 16-row chunks. Why: through
+transformers a prompt's products run on oneDNN, which builds a primitive
+for every new row count (a first prompt of a length paid 10-90 ms more on
+the default target), and on MKL past 64 rows (a 72-token prompt 136 ms);
+chunks through the kernel took 47 / 63 / 82 / 127 / 276 / 609 ms for 38 /
+55 / 72 / 100 / 256 / 512 tokens against 51-89 / 60-72 / 136 / 142-234 /
+402-459 / 749-1818 ms that way (one process, 2 threads, a Zen 5 VM).
 """
 
 from __future__ import annotations
@@ -108,11 +115,8 @@ class TargetRunner:
         if tree_mask is not None:
             prefix = torch.ones(n, past, dtype=torch.bool, device=input_ids.device)
             allowed = torch.cat([prefix, tree_mask.to(input_ids.device)], dim=1)
-        if self.lean_why is None and n <= MAX_ROWS:
-            if self._lean is None:
-                self._lean = LeanStack(self.base, self.model.config)
-            out, store = self._lean.forward(input_ids, position_ids, allowed, self.cache, self._capture)
-            return out, self._features(store)
+        if self.lean_why is None and (n <= MAX_ROWS or allowed is None):
+            return self._lean_forward(input_ids, position_ids, allowed)
         mask = None
         if allowed is not None:
             k_pos = torch.cat([torch.arange(past, device=input_ids.device), position_ids[0]])  # [P+N]
@@ -124,6 +128,21 @@ class TargetRunner:
                 cache=self.cache, use_cache=True,
             )
         return out.last_hidden_state, self._features(store)
+
+    def _lean_forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                      allowed: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The lean stack on 1..MAX_ROWS rows, or a causal call of any length in MAX_ROWS-row chunks."""
+        if self._lean is None:
+            self._lean = LeanStack(self.base, self.model.config)
+        outs, feats = [], []
+        for i in range(0, input_ids.shape[1], MAX_ROWS):
+            out, store = self._lean.forward(input_ids[:, i : i + MAX_ROWS], position_ids[:, i : i + MAX_ROWS],
+                                            allowed, self.cache, self._capture)
+            outs.append(out)
+            feats.append(self._features(store))
+        if len(outs) == 1:
+            return outs[0], feats[0]
+        return torch.cat(outs, 1), (None if feats[0] is None else torch.cat(feats, 1))  # [1, N, H], [1, N, A*H]
 
     def _features(self, store: dict[str, torch.Tensor]) -> torch.Tensor | None:
         if not self.points:
