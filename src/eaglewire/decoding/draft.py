@@ -106,10 +106,12 @@ class DraftRunner:
         prefill does (decoding/target_runner.py says why), with the weights every draft step uses.
         """
         t = next_tokens.shape[1]
-        if self.lean is not None and t > MAX_ROWS:
-            for i in range(0, t, MAX_ROWS):
-                self.extend(next_tokens[:, i : i + MAX_ROWS], feats[:, i : i + MAX_ROWS])
-            return
+        rows = MAX_ROWS if self.lean is not None else max(t, 1)
+        for i in range(0, t, rows):
+            self._extend(next_tokens[:, i : i + rows], feats[:, i : i + rows])
+
+    def _extend(self, next_tokens: torch.Tensor, feats: torch.Tensor) -> None:
+        t = next_tokens.shape[1]
         if self.fc is not None:  # narrowed weights: the one-call layers run (lean), so T <= MAX_ROWS here
             hidden = self.fc(self.drafter.fc_input(feats.to(self.dtype)))  # [1, T, H]
         else:
