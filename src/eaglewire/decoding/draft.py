@@ -127,13 +127,14 @@ class DraftRunner:
         return self.head(x).float()  # [..., Dv], = drafter.logits
 
     def _step(self, tokens: list[int], hidden: torch.Tensor, pos: int, cols: int,
-              tree_cols: list[list[bool]]) -> torch.Tensor:
+              tree_cols: list[list[bool]] | None) -> torch.Tensor:
         """Draft step for k nodes at one depth after ``cols`` draft entries of this round.
-        tree_cols: per node, which of those entries and the k new ones it may attend to ([k][cols+k])."""
+        tree_cols: per node, which of those entries and the k new ones it may attend to ([k][cols+k]); None:
+        every one of them (a chain's single node)."""
         k = len(tokens)
         ids = torch.tensor([tokens], device=self.device)  # [1, k]
-        blocked = None  # one node that sees every entry (a chain's step): nothing to block
-        if k > 1 or not all(tree_cols[0]):
+        blocked = None
+        if tree_cols is not None:
             blocked = torch.zeros(k, self.length + cols + k, dtype=torch.bool)  # every real entry visible
             blocked[:, self.length:] = ~torch.tensor(tree_cols, dtype=torch.bool)  # [k, cols+k]
             blocked = blocked.to(self.device)
@@ -175,7 +176,7 @@ class DraftRunner:
             tree.probs.append(probs)
             if step == depth - 1:
                 break
-            h = self._step([tok], h, self.length + step, step, [[True] * (step + 1)])
+            h = self._step([tok], h, self.length + step, step, None)
         return tree
 
     def _to_target_vocab(self, p: torch.Tensor) -> torch.Tensor:

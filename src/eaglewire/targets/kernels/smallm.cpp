@@ -197,7 +197,7 @@ static void products(const float* xp, const W* wp, const float* bp, float* yp, i
 // and y stay fp32)
 torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
   const bool half = w.scalar_type() == at::kBFloat16, q8 = w.scalar_type() == at::kChar;
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1) - (q8 ? 4 : 0),
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1) - (q8 ? SCALE_BYTES<int8_t> : 0),
               "x [M, K] and w [N, K] (int8: [N, K + 4]) expected");
   TORCH_CHECK(x.scalar_type() == at::kFloat && (half || q8 || w.scalar_type() == at::kFloat),
               "fp32 x, fp32, bf16 or int8 w only");
