@@ -20,6 +20,10 @@ Issue 36's cases ("Hardening, third pass": paths read from input that lead
 out of their directory, foreign files in --out, custom model code, ...) are
 named `i36-*` (`--only i36-`).
 
+Issues 55 and 58's cases ("Hardening, fourth pass" and "hand-offs": a resumed run's dataset identity, hostile
+records and server counters, cached builds, code handed to llama.cpp's converter, runs resumed with other
+settings, servers that outlive `serve`) are named `i55-*` and `i58-*` (`--only i55-`, `--only i58-`).
+
 Issue 36's generator (`_probe_mutations.py`) mutates every file eaglewire reads
 back from an artifact (a dataset's manifest.json, vocab.json, responses.jsonl,
 prompts.jsonl, generate.config.json; saved configs for --config and --resume; a
@@ -52,6 +56,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _probe_cases import Case, Wrong, item1, item2, items34  # noqa: E402
 from _probe_cases_36 import issue36  # noqa: E402
+from _probe_cases_55a import issue55a  # noqa: E402
+from _probe_cases_55b import issue55b  # noqa: E402
+from _probe_cases_58a import issue58a  # noqa: E402
+from _probe_cases_58b import issue58b  # noqa: E402
 from _probe_cases_files import item5, item6, item7  # noqa: E402
 from _probe_mutations import mutation_cases  # noqa: E402
 from _probe_world import Res, World, cli, lost, snapshot  # noqa: E402
@@ -61,7 +69,8 @@ BAD = {"traceback", "silently-wrong", "hang", "lost-data"}
 
 
 def all_cases() -> list[Case]:
-    return [*item1(), *item2(), *items34(), *item5(), *item6(), *item7(), *issue36(), *mutation_cases()]
+    return [*item1(), *item2(), *items34(), *item5(), *item6(), *item7(), *issue36(), *issue55a(), *issue55b(),
+            *issue58a(), *issue58b(), *mutation_cases()]
 
 
 def _lines(text: str) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import re
 import subprocess
 import sys
 import zipfile
@@ -67,10 +68,12 @@ def soft(name: str) -> mock.MagicMock:
 class Permissive(dict):
     """Module globals: builtins as usual, any other missing name a soft MagicMock named after it."""
 
+    make = staticmethod(soft)
+
     def __missing__(self, key):
         if hasattr(builtins, key):
             return getattr(builtins, key)
-        v = soft(key)
+        v = self.make(key)
         self[key] = v
         return v
 
@@ -87,8 +90,11 @@ def _stdlib_imports(filename: str, src: str) -> list:
     return copy.deepcopy(_IMPORTS[filename])
 
 
-def compile_function(src: str, filename: str, fn: ast.FunctionDef, env: dict | None = None):
-    """The function `fn` of `src`, compiled on its own (decorators and annotations dropped)."""
+def compile_function(src: str, filename: str, fn: ast.FunctionDef, env: dict | None = None,
+                     scope: type[Permissive] = Permissive):
+    """The function `fn` of `src`, compiled on its own (decorators and annotations dropped).
+
+    `scope` supplies the names the module would have (a Permissive subclass may mock them otherwise)."""
     node = copy.deepcopy(fn)
     node.decorator_list = []
     node.returns = None
@@ -98,7 +104,7 @@ def compile_function(src: str, filename: str, fn: ast.FunctionDef, env: dict | N
         if a is not None:
             a.annotation = None
     mod = ast.fix_missing_locations(ast.Module(body=[*_stdlib_imports(filename, src), node], type_ignores=[]))
-    ns = Permissive(env or {})
+    ns = scope(env or {})
     ns["__name__"] = filename
     exec(compile(mod, filename, "exec"), ns)
     return ns[node.name]
@@ -114,59 +120,153 @@ class ClassInfo:
     node: ast.ClassDef
     bases: list[str]
     methods: dict[str, ast.FunctionDef] = field(default_factory=dict)
+    base_exprs: list[str] = field(default_factory=list)  # as written: `llama.LlamaForCausalLM`
+
+
+# The platforms a package's `if current_platform.is_cuda(): from .nvidia... else: ...` can select.
+PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu")
+
+
+def _platform_test(node: ast.expr, platform: str | None, typing: bool = False) -> bool | None:
+    """The truth of an import guard on `platform` (None: not a platform test, or no platform given)."""
+    if isinstance(node, ast.Name) and node.id == "TYPE_CHECKING":
+        return typing  # what runs, unless asked what the type checker sees
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        v = _platform_test(node.operand, platform, typing)
+        return None if v is None else not v
+    if isinstance(node, ast.BoolOp):
+        vals = [_platform_test(v, platform, typing) for v in node.values]
+        if None in vals:
+            return None
+        return any(vals) if isinstance(node.op, ast.Or) else all(vals)
+    if platform is None:
+        return None
+    text = ast.unparse(node)
+    m = re.fullmatch(r"current_platform\.is_(cuda_alike|cuda|rocm|xpu|cpu|tpu)\(\)", text)
+    if m:
+        return platform in ("cuda", "rocm") if m.group(1) == "cuda_alike" else platform == m.group(1)
+    m = re.fullmatch(r"current_platform\.device_type == ['\"](\w+)['\"]", text)
+    return platform == m.group(1) if m else None
 
 
 @dataclass
 class Package:
-    """Classes, imports and registered entry classes of the model modules in a wheel."""
+    """Classes, imports and registered entry classes of the model modules in a wheel.
+
+    `imports` maps, per module, a local name to the module it was imported from;
+    `bindings` also keeps the name it has there (`from .a import B as C`: C -> (a, B)),
+    so a class re-exported by a package `__init__` or renamed on import still resolves.
+    Imports under a platform guard follow `platform` (None: every branch, the last one winning).
+    """
 
     src: dict[str, str]
     classes: dict[tuple[str, str], ClassInfo] = field(default_factory=dict)
     imports: dict[str, dict[str, str]] = field(default_factory=dict)
     entries: list[tuple[str, str]] = field(default_factory=list)
+    bindings: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
+    platform: str | None = None
+    package: str = ""
+    loaded: set[str] = field(default_factory=set)
 
     @staticmethod
-    def parse(src: dict[str, str], package: str) -> Package:
-        pk = Package(src)
-        for path, text in src.items():
-            tree = ast.parse(text)
-            imp: dict[str, str] = {}
-            for node in ast.walk(tree):  # imports inside functions count: models import lazily
-                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package):
-                    mod = node.module.replace(".", "/") + ".py"
-                    imp.update({a.asname or a.name: mod for a in node.names})
-            for node in tree.body:
-                if isinstance(node, ast.ClassDef):
-                    ci = ClassInfo(path, node.name, node, [ast.unparse(b).split(".")[-1] for b in node.bases])
-                    ci.methods = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
-                    pk.classes[(path, node.name)] = ci
-                if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "EntryClass" for t in node.targets):
-                    vals = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
-                    pk.entries += [(path, ast.unparse(v)) for v in vals]
-            pk.imports[path] = imp
+    def parse(src: dict[str, str], package: str, platform: str | None = None, lazy: bool = False) -> Package:
+        """`lazy`: parse a module only when a lookup reaches it (vLLM's wheel holds 13 MB of models)."""
+        pk = Package(src, platform=platform, package=package)
+        for path in [] if lazy else src:
+            pk.load(path)
         return pk
 
-    def lookup(self, module: str, name: str) -> ClassInfo | None:
+    def load(self, path: str) -> None:
+        if path in self.loaded or path not in self.src:
+            return
+        self.loaded.add(path)
+        tree = ast.parse(self.src[path])
+        top: dict[str, tuple[str, str]] = {}
+        self._bind(tree.body, path, self.package, top, lazy=False)
+        lazy: dict[str, tuple[str, str]] = {}
+        for node in ast.walk(tree):  # imports inside functions count: models import lazily
+            if isinstance(node, ast.FunctionDef):
+                self._bind(node.body, path, self.package, lazy, lazy=True)
+        typed: dict[str, tuple[str, str]] = {}  # `if TYPE_CHECKING:` names a module __getattr__ serves
+        self._bind(tree.body, path, self.package, typed, lazy=False, typing=True)
+        self.bindings[path] = {**typed, **lazy, **top}
+        self.imports[path] = {k: m for k, (m, _n) in self.bindings[path].items()}
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                exprs = [ast.unparse(b) for b in node.bases]
+                ci = ClassInfo(path, node.name, node, [e.split(".")[-1] for e in exprs], base_exprs=exprs)
+                ci.methods = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
+                self.classes[(path, node.name)] = ci
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "EntryClass" for t in node.targets):
+                vals = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+                self.entries += [(path, ast.unparse(v)) for v in vals]
+
+    def module_path(self, dotted: str, level: int, here: str) -> str:
+        """The wheel path of module `dotted` imported from `here` (a package's is its __init__.py)."""
+        if level:
+            parts = here.split("/")[:-1]
+            parts = parts[:len(parts) - (level - 1)] if level > 1 else parts
+            dotted = ".".join([*parts, *([dotted] if dotted else [])])
+        base = dotted.replace(".", "/")
+        init = base + "/__init__.py"
+        return init if init in self.src and base + ".py" not in self.src else base + ".py"
+
+    def _bind(self, body: list, path: str, package: str, out: dict, lazy: bool, typing: bool = False) -> None:
+        for node in body:
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(package)):
+                mod = self.module_path(node.module or "", node.level, path)
+                for a in node.names:
+                    sub = self.module_path(f"{mod[:-3].removesuffix('/__init__')}/{a.name}".replace("/", "."), 0, "")
+                    out[a.asname or a.name] = (sub, "") if sub in self.src else (mod, a.name)
+            elif isinstance(node, ast.If):
+                v = _platform_test(node.test, self.platform, typing)
+                for branch in ([node.body, node.orelse] if v is None else [node.body if v else node.orelse]):
+                    self._bind(branch, path, package, out, lazy, typing)
+            elif isinstance(node, ast.Try):
+                self._bind(node.body, path, package, out, lazy, typing)
+            elif (not lazy and isinstance(node, ast.Assign) and len(node.targets) == 1
+                  and isinstance(node.targets[0], ast.Name) and isinstance(node.value, (ast.Name, ast.Attribute))):
+                out[node.targets[0].id] = (path, ast.unparse(node.value))  # `Alias = Other` / `= module.Other`
+
+    def lookup(self, module: str, name: str, depth: int = 0) -> ClassInfo | None:
+        self.load(module)
         if (module, name) in self.classes:
             return self.classes[(module, name)]
-        other = self.imports.get(module, {}).get(name)
-        return self.classes.get((other, name)) if other else None
+        if depth > 12:
+            return None
+        if "." in name:  # `module.Class`, the module bound by an import
+            head, _, rest = name.partition(".")
+            mod, orig = self.bindings.get(module, {}).get(head, (None, None))
+            return self.lookup(mod, rest, depth + 1) if mod and not orig else None
+        mod, orig = self.bindings.get(module, {}).get(name, (None, None))
+        if mod is None or (mod, orig) == (module, name):
+            return None
+        return self.lookup(mod, orig or name, depth + 1) if orig != "" else None
+
+    def base_classes(self, ci: ClassInfo) -> list[ClassInfo | None]:
+        return [self.lookup(ci.module, e) for e in (ci.base_exprs or ci.bases)]
 
     def resolve(self, ci: ClassInfo, method: str) -> ClassInfo | None:
         """The class whose `method` `ci` runs (Python's MRO, depth-first over known bases)."""
         if method in ci.methods:
             return ci
-        for b in ci.bases:
-            base = self.lookup(ci.module, b)
+        for base in self.base_classes(ci):
             if base is not None and (hit := self.resolve(base, method)):
                 return hit
         return None
 
+    def ancestors(self, ci: ClassInfo, depth: int = 0) -> list[ClassInfo]:
+        """`ci` and every base the wheel defines, depth-first."""
+        out = [ci]
+        for base in self.base_classes(ci) if depth < 16 else []:
+            if base is not None:
+                out += [a for a in self.ancestors(base, depth + 1) if a not in out]
+        return out
+
     def attr_classes(self, ci: ClassInfo, depth: int = 0) -> dict[str, str]:
         """`self.<attr> = SomeClass(...)` assignments in the __init__s of `ci` and its bases."""
         out = {}
-        for b in reversed(ci.bases):
-            base = self.lookup(ci.module, b)
+        for base in reversed(self.base_classes(ci)):
             if base is not None and depth < 8:
                 out.update(self.attr_classes(base, depth + 1))
         init = ci.methods.get("__init__")

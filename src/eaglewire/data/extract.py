@@ -31,6 +31,7 @@ from eaglewire.infra.device import dtype_from_name, dtype_name
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.capture import capture
 from eaglewire.targets.chat import assistant_end_ids
+from eaglewire.targets.families import batch_sensitive
 from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
 from eaglewire.targets.points import FINAL_NORM, Point, parse_points
 
@@ -269,7 +270,10 @@ def extract(target, rows: list[dict], out_dir: Path, s: ExtractSettings, gen: di
 
 @torch.no_grad()
 def forward_features(target, batch: list, pts: list[Point]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Right-padded forward; per sample ([n, P, H] features, [n, H] final-norm hidden) on CPU."""
+    """Right-padded forward; per sample ([n, P, H] features, [n, H] final-norm hidden) on CPU. A target whose
+    states depend on the batch (`families.batch_sensitive`: DeepSeek-V3.2's indexer) runs each sample alone."""
+    if len(batch) > 1 and batch_sensitive(target.config):
+        return [r for b in batch for r in forward_features(target, [b], pts)]
     want = pts + ([FINAL_NORM] if FINAL_NORM not in pts else [])
     T = max(len(b[1]) for b in batch)
     pad = target.tokenizer.pad_token_id

@@ -50,6 +50,37 @@ def _index(p: Path) -> int:
     return int(nums[-1])
 
 
+def _numbered(files: list[Path]) -> list[Path]:
+    """`files` in sample order; two files parsing to one sample number (hs_1 and hs_01, or hs_0 in two
+    folders) are refused naming both: imported, both would be that sample."""
+    seen: dict[int, Path] = {}
+    for f in files:
+        i = _index(f)
+        if i in seen:
+            a, b = sorted((seen[i], f))
+            raise EaglewireError(f"{a} and {b}: both are sample {i} (one file per sample number; remove or "
+                                 "renumber one)")
+        seen[i] = f
+    return [seen[i] for i in sorted(seen)]
+
+
+def sample_files(src: Path, fmt: str) -> list[Path]:
+    """The foreign files of one dataset, in sample order, each sample number once."""
+    if fmt == "speculators":
+        return _numbered(list(src.glob("hidden_states/hs_*.safetensors")) + list(src.glob("hs_*.safetensors")))
+    return _numbered(list(src.glob("rows_*/data_*.ckpt")) + list(src.glob("data_*.ckpt")))
+
+
+def check_token_ids(f: Path, ids: torch.Tensor, vocab_size: int | None) -> None:
+    """Token ids are ids of the target's vocabulary (>= 0 always; below its size when --target gives it),
+    refused here naming the file, not later by sample number at the first command that counts them."""
+    bad = ((ids < 0) | (ids >= vocab_size)) if vocab_size else ids < 0
+    if bool(bad.any()):
+        pos = int(bad.nonzero()[0, 0])
+        span = f"the target's vocabulary [0, {vocab_size})" if vocab_size else "token ids (>= 0)"
+        raise EaglewireError(f"{f}: token id {int(ids[pos])} at position {pos} is outside {span}")
+
+
 def detect(src: Path) -> str:
     if list(src.glob("hidden_states/hs_*.safetensors")) or list(src.glob("hs_*.safetensors")):
         return "speculators"
@@ -96,8 +127,7 @@ def _speculators_file(f: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return hs, ids
 
 
-def _speculators_samples(src: Path, all_loss: bool):
-    files = sorted(list(src.glob("hidden_states/hs_*.safetensors")) + list(src.glob("hs_*.safetensors")), key=_index)
+def _speculators_samples(src: Path, files: list[Path], all_loss: bool):
     masks = None if all_loss else _arrow_loss_masks(src)
     if masks is None and not all_loss:
         raise EaglewireError("speculators loss masks live in an Arrow dataset and pyarrow is not installed: "
@@ -110,11 +140,10 @@ def _speculators_samples(src: Path, all_loss: bool):
         mask = torch.ones(ids.shape[0], dtype=torch.uint8) if masks is None else torch.tensor(masks[i], dtype=torch.uint8)
         if mask.shape[0] != ids.shape[0]:
             raise EaglewireError(f"{f}: {ids.shape[0]} tokens but the dataset's loss_mask row {i} has {mask.shape[0]}")
-        yield i, ids.long(), mask, hs[:, :-1], hs[:, -1]
+        yield f, i, ids.long(), mask, hs[:, :-1], hs[:, -1]
 
 
-def _specforge_samples(src: Path):
-    files = sorted(list(src.glob("rows_*/data_*.ckpt")) + list(src.glob("data_*.ckpt")), key=_index)
+def _specforge_samples(files: list[Path]):
     for f in files:
         d = load_pickle_weights(f)
         if "aux_hidden_state" not in d:
@@ -131,7 +160,7 @@ def _specforge_samples(src: Path):
         aux, last = d["aux_hidden_state"].reshape(T, -1), d["hidden_state"].reshape(T, -1)
         if aux.shape[-1] % H or not aux.dtype.is_floating_point:
             raise EaglewireError(f"{f}: aux_hidden_state width {aux.shape[-1]} is not a multiple of hidden {H}")
-        yield _index(f), ids, mask, aux.view(T, -1, H), last
+        yield f, _index(f), ids, mask, aux.view(T, -1, H), last
 
 
 def _stated_points(cfg: DataImportConfig, P: int, L: int | None) -> list[Point] | None:
@@ -164,9 +193,9 @@ def run_data_import(cfg: DataImportConfig) -> dict:
     fmt = detect(src) if cfg.format == "auto" else cfg.format
     if fmt not in ("speculators", "specforge"):
         raise EaglewireError(f"--format {fmt!r}: expected auto, speculators or specforge")
+    files = sample_files(src, fmt)  # duplicates refused before anything is written
     L, fp, norm, tpl = _final_norm(cfg)
-    samples = _speculators_samples(src, cfg.all_loss) if fmt == "speculators" else _specforge_samples(src)
-    out.mkdir(parents=True, exist_ok=True)
+    samples = _speculators_samples(src, files, cfg.all_loss) if fmt == "speculators" else _specforge_samples(files)
     notes, th = [], FINAL_NORM.name
     if fmt == "speculators":
         if norm is not None:
@@ -181,8 +210,28 @@ def run_data_import(cfg: DataImportConfig) -> dict:
                    points=None, num_slots=0, target_hidden=th, chat_template_sha=tpl,
                    generation={"imported_from": str(src), "format": fmt}, extract={"imported": True, "notes": notes},
                    capture={"engine": fmt, "imported_from": str(src)})  # not ours: say whose capture it is
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        P = _write_samples(out, man, samples, norm, fp, cfg.shard_samples, src)
+        if not P:
+            raise EaglewireError(f"{src}: no samples found")
+        man.points, man.num_slots = _stated_points(cfg, P, L), P
+    except EaglewireError:
+        _remove_written(out, man, created)  # a refused import leaves nothing behind
+        raise
+    man.points_stated_by = "user" if man.points is not None else "unknown"
+    man.complete = True
+    man.save(out)
+    return {"out": str(out), "format": fmt, "points": man.point_names, "num_samples": man.num_samples,
+            "num_tokens": man.num_tokens, "target_hidden": th, "warnings": notes}
+
+
+def _write_samples(out: Path, man: Manifest, samples, norm, fp, shard_samples: int, src: Path) -> int | None:
+    """Checks and writes every sample in shards; returns the number of feature slots (None: no samples)."""
     buf, P, shape = [], None, None
-    for idx, ids, mask, feats, last in samples:
+    for f, idx, ids, mask, feats, last in samples:
+        check_token_ids(f, ids, fp.vocab_size if fp else None)
         if norm is not None:
             with torch.no_grad():
                 last = norm(last.float()).to(last.dtype)
@@ -191,19 +240,19 @@ def run_data_import(cfg: DataImportConfig) -> dict:
             raise EaglewireError(f"{src}: sample {idx} holds features {list(feats.shape[1:])} and a final state of width "
                                  f"{last.shape[-1]}, the samples before {list(shape[0])} and {shape[1]}")
         buf.append((idx, ids.tolist(), mask.tolist(), feats, last))
-        if len(buf) >= cfg.shard_samples:
+        if len(buf) >= shard_samples:
             _flush(out, man, buf)
             buf = []
     if buf:
         _flush(out, man, buf)
-    if not P:
-        raise EaglewireError(f"{src}: no samples found")
-    man.points, man.num_slots = _stated_points(cfg, P, L), P
-    man.points_stated_by = "user" if man.points is not None else "unknown"
-    man.complete = True
-    man.save(out)
-    return {"out": str(out), "format": fmt, "points": man.point_names, "num_samples": man.num_samples,
-            "num_tokens": man.num_tokens, "target_hidden": th, "warnings": notes}
+    return P
+
+
+def _remove_written(out: Path, man: Manifest, created: bool) -> None:
+    for e in man.shards:
+        (out / e["file"]).unlink(missing_ok=True)
+    if created and not any(out.iterdir()):
+        out.rmdir()
 
 
 def _flush(out: Path, man: Manifest, buf: list) -> None:

@@ -38,10 +38,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from eaglewire.data.answers import sample_ids
-from eaglewire.infra.atomic import follow_umask
+from eaglewire.infra.atomic import follow_umask, on_disk_full
 from eaglewire.infra.device import dtype_from_name
 from eaglewire.targets.capture import capturing, decoder_stack
 from eaglewire.targets.chat import assistant_end_ids
+from eaglewire.targets.families import batch_sensitive
 from eaglewire.targets.fingerprint import TargetFingerprint
 from eaglewire.targets.points import FINAL_NORM, Point
 
@@ -50,6 +51,8 @@ GENCAPTURE = "gencapture"
 
 def why_not(config) -> str | None:
     """Why features cannot be captured during generation for this model config (None: they can)."""
+    if sensitive := batch_sensitive(config):
+        return sensitive
     types = getattr(config, "layer_types", None) or []
     window = getattr(config, "sliding_window", None)
     if "sliding_attention" in types or (window and not types and getattr(config, "use_sliding_window", True)):
@@ -168,9 +171,13 @@ class GenCapture:
                 "target": self.fingerprint}
         k = 1 + max((int(p.stem[5:]) for p in self.dir.glob("part-*.safetensors")), default=-1)
         tmp = self.dir / f".part-{k:05d}.tmp"
-        save_file(tensors, str(tmp), metadata=meta)
-        follow_umask(tmp)
-        os.replace(tmp, self.dir / f"part-{k:05d}.safetensors")
+        try:  # a full disk: one line; the answers written so far stay, the part never appears half-written
+            with on_disk_full(self.dir, f"part-{k:05d}.safetensors (features kept while generating)"):
+                save_file(tensors, str(tmp), metadata=meta)
+            follow_umask(tmp)
+            os.replace(tmp, self.dir / f"part-{k:05d}.safetensors")
+        finally:
+            tmp.unlink(missing_ok=True)
         self.rows_written += len(part)
 
 

@@ -22,6 +22,7 @@ from eaglewire.data.config import GenSettings
 from eaglewire.data.gencapture import GenCapture, Recording
 from eaglewire.data.jsonl import ANSWER_IDS, JsonlAppender, index_problem, read_jsonl, rewrite_jsonl
 from eaglewire.data.prompts import prompt_turns
+from eaglewire.targets.chat import apply_chat_template
 from eaglewire.targets.fastlinear import packed_linears
 from eaglewire.targets.kvcache import growing_cache
 
@@ -42,7 +43,8 @@ class GenStats:
 
 
 def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"]
+    """Bounded in time and size (targets/chat.py): the template is code from the model's directory."""
+    return apply_chat_template(tokenizer, messages, add_generation_prompt=True, return_dict=True)["input_ids"]
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

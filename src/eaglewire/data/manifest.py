@@ -20,7 +20,7 @@ from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.paths import inside, require_exists
 from eaglewire.targets.fingerprint import TargetRecord
-from eaglewire.targets.points import FINAL_NORM, Point, id_lists, parse_points
+from eaglewire.targets.points import FINAL_NORM, Point, id_lists, order_problem, parse_points
 
 FORMAT = "eaglewire-features"
 FORMAT_VERSION = 1
@@ -38,6 +38,22 @@ def points_to_json(points: list[Point] | None, num_layers: int | None, num_slots
     else:
         d = id_lists(points, num_layers)
     return {**d, **({"stated_by": stated_by} if stated_by else {})}
+
+
+def refuse_unservable_order(points: list[Point] | None, where: str) -> None:
+    """Capture points in ascending depth without repeats, checked when a dataset is built or read for training.
+
+    SGLang and vLLM capture the slots walking the layers, so a drafter trained on
+    points in another order (or on one tensor twice) can only be refused at export,
+    after hours of capture and training. Any order trains the same drafter as its
+    sorted one (the fc learns the slots either way), so nothing is lost by asking.
+    """
+    if points is None or order_problem(points, "vllm") is None:
+        return
+    fix = ",".join(p.name for p in sorted(set(points), key=lambda p: p.depth))
+    raise EaglewireError(f"{where}: capture points {[p.name for p in points]} are not in ascending depth without "
+                         f"repeats (SGLang and vLLM deliver the slots so: a drafter trained on them could not be "
+                         f"exported to either); capture --points {fix}")
 
 
 def points_from_json(raw: Any, num_layers: int | None, where: str) -> tuple[list[Point] | None, int, str | None]:

@@ -30,7 +30,13 @@ from eaglewire.data.gencapture import GenCapture
 from eaglewire.data.gencapture import why_not as why_not_gencapture
 from eaglewire.data.generate import GenSettings, generate_responses
 from eaglewire.data.jsonl import index_problem, read_jsonl, response_problem, rewrite_jsonl
-from eaglewire.data.manifest import Manifest, complete_and_intact, manifest_hash, verify_shards
+from eaglewire.data.manifest import (
+    Manifest,
+    complete_and_intact,
+    manifest_hash,
+    refuse_unservable_order,
+    verify_shards,
+)
 from eaglewire.data.prompt_files import load_prompts, local_inputs
 from eaglewire.data.prompts import (
     Conversation,
@@ -44,6 +50,7 @@ from eaglewire.data.recorded import (
     GENERATE_KEYS,
     adopt_recorded,
     recorded_generate,
+    recorded_settings,
     settings_from_manifest,
 )
 from eaglewire.data.server import FAILURES, ServerSettings, generate_via_server, is_vllm
@@ -157,7 +164,8 @@ def refuse_input_inside(cfg) -> None:
 
 
 @_locked
-def run_generate(cfg, target=None, capture=None) -> dict:
+def run_generate(cfg, target=None, capture=None, managed_server: bool = False) -> dict:
+    """`managed_server`: --server is a vLLM server `data build` started for this run; its address is not a setting."""
     refuse_input_inside(cfg)
     if (cfg.out / "manifest.json").exists() and not cfg.resume:
         raise EaglewireError(f"{cfg.out}: already holds a dataset; pass --resume or choose a new --out")
@@ -169,7 +177,8 @@ def run_generate(cfg, target=None, capture=None) -> dict:
         raise EaglewireError("--self-prompts samples from the target in this process; with --server use --prompts or --topic-prompts")
     if cfg.resume:
         recorded = recorded_generate(cfg.out)
-        cfg = adopt_recorded(cfg, {k: recorded.get(k) for k in GENERATE_KEYS}, cfg.out / GENERATE_CONFIG)
+        keys = [k for k in GENERATE_KEYS if not (managed_server and k == "server")]
+        cfg = adopt_recorded(cfg, {k: recorded.get(k) for k in keys}, cfg.out / GENERATE_CONFIG)
     if cfg.turns > 1 and (cfg.server is not None or distributed()):
         raise EaglewireError(f"--turns {cfg.turns}: the earlier answers are generated in one process holding the "
                              "target; run it without --server and without torchrun")
@@ -177,9 +186,10 @@ def run_generate(cfg, target=None, capture=None) -> dict:
     s = GenSettings(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                     batch_size=cfg.batch_size, seed=cfg.seed, max_prompt_tokens=cfg.max_prompt_tokens)
     if cfg.server is not None:
-        return _generate_via_server(cfg, s)
+        return _generate_via_server(cfg, s, managed_server)
     target = target or _load(cfg)
     convs, counts = _prompts_everywhere(cfg, target)
+    _record_start(cfg)
     earlier = []
     if cfg.turns > 1:
         convs, earlier = earlier_turns(target, convs, cfg.out, s, cfg.turns, cfg.resume)
@@ -189,6 +199,13 @@ def run_generate(cfg, target=None, capture=None) -> dict:
     if earlier:
         res["earlier_turns"] = earlier
     return _finish_generate(cfg, res)
+
+
+def _record_start(cfg) -> None:
+    """The settings are recorded before the first answer: a resume of an interrupted run is checked against them
+    (`adopt_recorded`), so one answers file never mixes two targets or two settings."""
+    if is_main() and not (cfg.resume and _generation_finished(cfg.out)):
+        save_config(cfg, cfg.out / GENERATE_CONFIG)
 
 
 def _agree(fn, *args, **kwargs):
@@ -239,7 +256,7 @@ def _gen_result(counts: dict, stats, settings: dict) -> dict:
             "settings": settings}
 
 
-def _generate_via_server(cfg, s) -> dict:
+def _generate_via_server(cfg, s, managed: bool = False) -> dict:
     """Answers from the engine the user serves with; provenance says which, and how it was asked."""
     ss = ServerSettings(url=cfg.server, model=cfg.model, concurrency=cfg.concurrency, reasoning=cfg.reasoning,
                         retries=cfg.retries, timeout_s=cfg.request_timeout)
@@ -248,6 +265,7 @@ def _generate_via_server(cfg, s) -> dict:
     ss.token_ids = is_vllm(ident)
     tok = load_tokenizer(cfg.target)
     convs, counts = _prompts_everywhere(cfg, None)
+    _record_start(dataclasses.replace(cfg, server=None) if managed else cfg)
     path, share = _answers_file(cfg)
     stats, sst, tpl_reasoning = _agree(generate_via_server, client, ident["model"], tok, convs, path, s, ss,
                                        resume=cfg.resume, share=share)
@@ -293,7 +311,9 @@ def run_extract(cfg, target=None) -> dict:
         target = target or _load(cfg)
         num_layers, vocab_size = target.num_layers, target.vocab_size
     check_answer_vocab(cfg.data / RESPONSES, rows, vocab_size)
-    names = [p.name for p in point_option(cfg.points, num_layers)]
+    pts = point_option(cfg.points, num_layers)
+    refuse_unservable_order(pts, f"{cfg.data}: --points")
+    names = [p.name for p in pts]
     gen_cfg = cfg.data / "generate.config.json"
     gen = _generate_settings(gen_cfg)
     s = ExtractSettings(points=names, dtype=cfg.store_dtype, batch_tokens=cfg.batch_tokens,
@@ -380,11 +400,14 @@ def _generation_finished(d: Path) -> bool:
 def run_build(cfg: DataBuildConfig) -> dict:
     refuse_input_inside(cfg)
     refuse_foreign_shards(cfg.out)  # before hours of generation, not after
+    cfg = _recorded_build(cfg)  # before a target is loaded or a file written
     vllm = cfg.engine == "vllm"
     if vllm and distributed():
         raise EaglewireError("--engine vllm: one process drives the vLLM servers (which are parallel themselves); "
                              "run it without torchrun")
     target = None if vllm else _load(cfg)
+    L = target.num_layers if target is not None else _config_int(cfg.target, "num_hidden_layers")
+    refuse_unservable_order(point_option(cfg.points, L), f"{cfg.out}: --points")  # before hours of generation
     gen_keys = DataGenerateConfig.__dataclass_fields__
     gcfg = config_from_dict(DataGenerateConfig, {k: getattr(cfg, k) for k in gen_keys})
     res = {}
@@ -393,7 +416,8 @@ def run_build(cfg: DataBuildConfig) -> dict:
             res["generate"] = {"skipped": "finished before"}  # its server's port is gone: asking again would clash
         elif vllm and cfg.server is None:  # the target is vLLM's to hold: answers come from a plain vLLM server
 
-            res["generate"] = generate_on_vllm(cfg, lambda url: run_generate(dataclasses.replace(gcfg, server=url)))
+            res["generate"] = generate_on_vllm(
+                cfg, lambda url: run_generate(dataclasses.replace(gcfg, server=url), managed_server=True))
         else:
             res["generate"] = run_generate(gcfg, target, capture=_gen_capture(cfg, target))
     ex = {k: getattr(cfg, k) for k in DataExtractConfig.__dataclass_fields__ if k != "data" and hasattr(cfg, k)}
@@ -404,6 +428,18 @@ def run_build(cfg: DataBuildConfig) -> dict:
     if is_main():
         save_config(cfg, cfg.out / "build.config.json")
     return res
+
+
+def _recorded_build(cfg: DataBuildConfig) -> DataBuildConfig:
+    """A resumed build continues what its records say, every stage's: options left out take the recorded
+    values, another value is refused naming both. (A server's address is run_generate's to check: the
+    one `--engine vllm` starts changes every run.)"""
+    if not cfg.resume:
+        return cfg
+    gen = recorded_generate(cfg.out)
+    cfg = adopt_recorded(cfg, {k: gen.get(k) for k in GENERATE_KEYS if k != "server"}, cfg.out / GENERATE_CONFIG)
+    rec, where = recorded_settings(cfg.out)
+    return adopt_recorded(cfg, rec, where) if rec else cfg
 
 
 def _gen_capture(cfg: DataBuildConfig, target) -> GenCapture | None:
@@ -439,6 +475,8 @@ def _generate_settings(path: Path) -> dict:
         raw = json.loads(path.read_text())
     except (ValueError, RecursionError) as e:  # bad JSON, bytes that are not UTF-8, nesting too deep
         raise EaglewireError(f"{path}: not valid JSON ({str(e)[:80]}); regenerate the answers or delete this record") from e
+    if isinstance(raw, dict) and "result" not in raw:  # recorded at the start of a generation that did not finish
+        return {}
     res = raw.get("result", {}) if isinstance(raw, dict) else None
     settings = res.get("settings", {}) if isinstance(res, dict) else None
     if not isinstance(settings, dict):

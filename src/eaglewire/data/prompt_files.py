@@ -95,6 +95,8 @@ def _one_json_object(p: Path, max_bytes: int = 64 << 20):
         obj = json.loads(p.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None  # JSONL (several lines) or broken: the line reader names the line
+    except RecursionError:
+        raise _too_deep(str(p)) from None
     return obj if isinstance(obj, dict) else None
 
 
@@ -105,6 +107,11 @@ def _first_char(p: Path) -> bytes:
             if s:
                 return s[:1]
     return b""
+
+
+def _too_deep(where: str) -> EaglewireError:
+    """Python's JSON decoder recurses once per nesting level; no prompt record is nested hundreds deep."""
+    return EaglewireError(f"{where}: JSON nested too deep to read (hundreds of levels of [ or {{); expected {EXPECTED_SHAPES}")
 
 
 def _utf8_error(p: Path, data: bytes, e: UnicodeDecodeError, kind: str) -> EaglewireError:
@@ -128,6 +135,8 @@ def _jsonl(p: Path) -> Iterator[tuple[str, object]]:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise EaglewireError(f"{p}:{n}: malformed JSON ({e.msg} at column {e.colno}); expected {EXPECTED_SHAPES}") from e
+            except RecursionError:
+                raise _too_deep(f"{p}:{n}") from None
             yield f"{p}:{n}", obj
 
 
@@ -143,6 +152,8 @@ def _json_array(p: Path) -> Iterator[tuple[str, object]]:
     except json.JSONDecodeError as e:
         raise EaglewireError(f"{p}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno}); expected a JSON array "
                              f"of records ({EXPECTED_SHAPES})") from e
+    except RecursionError:
+        raise _too_deep(str(p)) from None
     for i, obj in enumerate(rows):
         yield f"{p}[{i}]", obj
 

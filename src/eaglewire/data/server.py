@@ -28,6 +28,8 @@ from eaglewire.data.config import GenSettings
 from eaglewire.data.generate import GenStats, pending_answers
 from eaglewire.data.jsonl import ANSWER_IDS, JsonlAppender, rewrite_jsonl
 from eaglewire.engines.http import ChatClient, RequestFailed
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.chat import apply_chat_template
 
 FAILURES = "failures.jsonl"
 _THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
@@ -78,7 +80,9 @@ def template_renders_reasoning(tokenizer) -> bool:
     """Whether the chat template writes an assistant's `reasoning_content` (Qwen3 style) or drops it."""
     msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": _PROBE}]
     try:
-        return _PROBE in tokenizer.apply_chat_template(msgs, tokenize=False)
+        return _PROBE in apply_chat_template(tokenizer, msgs, tokenize=False)
+    except EaglewireError:
+        raise  # a template that loops or balloons: named by the bound, not read as "no reasoning"
     except Exception:  # a template that rejects the extra key cannot render it  # noqa: BLE001
         return False
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from eaglewire.drafter.vocabmap import duplicate_target
 from eaglewire.infra.atomic import atomic_file, follow_umask, on_disk_full, read_json
 from eaglewire.infra.errors import EaglewireError
 
@@ -144,6 +145,8 @@ def _check_loaded(path: Path, d2t: torch.Tensor, t2d: torch.Tensor, counts: torc
     selected = d2t + torch.arange(d2t.numel(), dtype=torch.int64)
     if selected.numel() and (int(selected.min()) < 0 or int(selected.max()) >= v):
         raise EaglewireError(f"{path}: d2t maps draft ids outside the target vocabulary [0, {v})")
+    if (dup := duplicate_target(d2t)) is not None:
+        raise EaglewireError(f"{path}: d2t maps two draft ids to target id {dup} (expected each target id once)")
     if selected.numel() > 1 and not bool((selected[1:] > selected[:-1]).all()):
         raise EaglewireError(f"{path}: d2t does not map to strictly ascending target ids (expected sorted, unique)")
     if int(t2d.sum()) != selected.numel() or not bool(t2d[selected].all()):

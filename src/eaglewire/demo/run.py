@@ -30,6 +30,7 @@ from eaglewire.export.checkpoint import load_checkpoint
 from eaglewire.export.exporter import run_export
 from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.locks import dir_lock
 from eaglewire.infra.options import save_config
 from eaglewire.targets.fingerprint import chat_template_hash
 from eaglewire.targets.load import load_target
@@ -73,7 +74,7 @@ def _doctor(cfg: DemoConfig, steps: list) -> dict:
     model, prov = load_checkpoint(dr.ckpt / "drafter")
     head = t.model.get_output_embeddings().weight.detach().float()
     reps = [doctor_dataset(dd.data, t, dd.samples), doctor_drafter(model, prov, dr.data, head, dr.samples, dr.depth)]
-    arch = (t.config.architectures or [t.config.model_type])[0]
+    arch = t.arch
     exports = [s.config for s in steps if s.command == "export"]
     checks = [s.config for s in steps if s.command == "doctor config"]
     for ex, chk in zip(exports, checks):  # what a user deploys: the exports, checked against the training config
@@ -111,8 +112,38 @@ def run_demo(cfg: DemoConfig) -> dict:
         text = print_commands(demo_steps(cfg.target, p, run, cfg.seed, cfg.device))
         print(text)
         return {"commands": text.splitlines()}
-    run.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run / "demo.config.json", {"preset_values": p})
+    with dir_lock(run, "demo"):  # a second demo on this directory is refused before it writes anything
+        refuse_other_settings(cfg, run)
+        save_config(cfg, run / DEMO_CONFIG, {"preset_values": p})
+        return _run_stages(cfg, p, run)
+
+
+DEMO_CONFIG = "demo.config.json"
+RECORDED = ("preset", "target", "seed")  # what the run directory's data, drafter and numbers depend on
+
+
+def refuse_other_settings(cfg: DemoConfig, run: Path) -> None:
+    """A demo rerun continues its directory only with the settings it was started with: another preset or
+    target would put two runs' answers in one dataset and one report."""
+    p = run / DEMO_CONFIG
+    if not p.is_file():
+        return
+    try:
+        raw = json.loads(p.read_text())
+        old = raw["config"] if isinstance(raw, dict) and isinstance(raw.get("config"), dict) else None
+    except (ValueError, RecursionError):
+        old = None
+    if old is None:
+        raise EaglewireError(f"{p}: unreadable (it records the settings this demo directory was started with); "
+                             "choose another --run-dir")
+    diff = [f"--{k.replace('_', '-')} {getattr(cfg, k)!r} (recorded: {old.get(k)!r})" for k in RECORDED
+            if k in old and old[k] != getattr(cfg, k)]
+    if diff:
+        raise EaglewireError(f"{p}: this demo directory was started with other settings: {', '.join(diff)}; rerun "
+                             "with the recorded values to continue it, or choose another --run-dir")
+
+
+def _run_stages(cfg: DemoConfig, p: dict, run: Path) -> dict:
     log: dict = {}
     steps = demo_steps(cfg.target, p, run, cfg.seed, cfg.device)
     _stage(run, "data", lambda: _data(steps), log)

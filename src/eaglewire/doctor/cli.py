@@ -50,13 +50,15 @@ def run_drafter(cfg: DoctorDrafterConfig) -> None:
 
 
 def run_config(cfg: DoctorEngineConfig) -> None:
-    from eaglewire.doctor.engine_config import doctor_config
+    from eaglewire.doctor.engine_config import doctor_config, user_training
     from eaglewire.doctor.records import exported_for, trained_model_config, trained_wiring
     from eaglewire.export.checkpoint import resolve_dir
     from eaglewire.infra.errors import EaglewireError
     from eaglewire.targets.fingerprint import chat_template_hash
     from eaglewire.targets.load import load_target
 
+    if (cfg.trained_with or cfg.trained_points) and cfg.trained_on:
+        raise EaglewireError("--trained-on and --trained-with / --trained-points both given: one says how it was trained")
     src = resolve_dir(cfg.trained_on) if cfg.trained_on else cfg.drafter_dir
     names, L, model_type, trained_sha = trained_wiring(src)
     L = cfg.target_layers or L
@@ -65,12 +67,14 @@ def run_config(cfg: DoctorEngineConfig) -> None:
     if cfg.target:
         t = load_target(cfg.target)
         L, serving_sha = t.num_layers, chat_template_hash(t.tokenizer)
-        arch = cfg.arch or (t.config.architectures or [t.config.model_type])[0]
+        arch = cfg.arch or t.arch
     engine = cfg.engine or exported_for(cfg.drafter_dir)
     if not engine:  # the same ids mean other layers to another engine: never guess which one serves it
         raise EaglewireError(f"{cfg.drafter_dir}: records no export (no eaglewire.export.json): name the engine that will "
                              "serve it with --engine (sglang, sglang==VERSION, vllm, speculators, ...)")
-    rep = doctor_config(cfg.drafter_dir, engine, L, names, trained_sha, serving_sha, trained_model_config(src), arch)
+    names, producer = user_training(cfg.trained_with, cfg.trained_points, names, L, src)
+    rep = doctor_config(cfg.drafter_dir, engine, L, names, trained_sha, serving_sha, trained_model_config(src), arch,
+                        trained_with=producer)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 
@@ -93,10 +97,11 @@ def run_live(cfg: DoctorLiveConfig) -> None:
     drafter, points, _ = load_drafter_for(t, ckpt)
     engine = SpecEngine(t, drafter, points)
     prompts, _ = encode_prompt_file(engine, cfg.prompts or heldout_prompts_path(), cfg.num_prompts)
-    arch = (t.config.architectures or [t.config.model_type])[0]
+    arch = t.arch
     static = static_check_for(cfg.served_drafter or recorded_export(ckpt), [p.name for p in points], t.num_layers, arch)
     rep = doctor_live(cfg.server.rstrip("/"), engine, prompts, cfg.max_new_tokens, static,
-                      target=[source, str(t.path), str(Path(t.path).resolve())], p_min=cfg.p_min)
+                      target=[source, str(t.path), str(Path(t.path).resolve())], p_min=cfg.p_min,
+                      deadline_s=cfg.deadline)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 
@@ -124,7 +129,7 @@ def _run_live_offline(cfg: DoctorLiveConfig) -> None:
     rep = doctor_live(cfg.server.rstrip("/"), None, prompts, cfg.max_new_tokens, static,
                       offline=lambda depth: offline_acceptance(model, cfg.data, head_w, depth, 64),
                       target=[source, *([str(Path(source).resolve())] if Path(source).is_dir() else [])],
-                      p_min=cfg.p_min)
+                      p_min=cfg.p_min, deadline_s=cfg.deadline)
     rep.print(cfg.json)
     raise typer.Exit(rep.exit_code())
 
@@ -138,7 +143,7 @@ def run_online(cfg: DoctorOnlineConfig) -> None:
 
     model, prov = load_checkpoint(resolve_dir(cfg.drafter))
     t = load_target(target_source_for(cfg.target, prov.target.source, cfg.drafter))
-    arch = (t.config.architectures or [t.config.model_type])[0]
+    arch = t.arch
     serve = points_from_ids(cfg.serve_ids, cfg.layers_from, t.num_layers, arch) if cfg.serve_ids else None
     rep = doctor_online(t, model, prov, cfg.data, serve, cfg.samples, cfg.max_new_tokens)
     rep.print(cfg.json)

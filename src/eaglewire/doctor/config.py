@@ -9,6 +9,7 @@ from eaglewire.export.config import DEPTH
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
 from eaglewire.targets.points import DEFAULT_ENGINE
+from eaglewire.targets.producers import PRODUCER_HELP
 
 
 @dataclass
@@ -35,11 +36,16 @@ class DoctorDrafterConfig:
 class DoctorEngineConfig:
     drafter_dir: Path = opt(help="the draft model directory as deployed (config.json + weights)", arg=True)
     engine: str = opt("", "engine that will serve it, optionally with its version: sglang, sglang==0.5.23, "
-                      "vllm==0.32.0, speculators (no version: every known version is checked); default: the engine "
+                      "vllm==0.32.0, speculators (no version: the newest verified version's rule, and the report says where "
+                      "older versions read the ids otherwise); default: the engine "
                       "the export was written for (its eaglewire.export.json); required for a directory made elsewhere")
     arch: str = opt("", "target architecture or model_type (SGLang >= 0.5.13 reads ids differently on DeepSeek-family "
                     "targets); default: from --target, else from the drafter's provenance")
     trained_on: Path | None = opt(None, "eaglewire checkpoint the drafter came from (default: eaglewire.json in the dir)")
+    trained_with: str = opt("", PRODUCER_HELP + "; its ids are read as that producer read them at that version. "
+                            "Nothing known of training: each reading is shown and the verdict is UNKNOWN (exit 3)")
+    trained_points: list[str] = opt(help="the physical points the drafter was trained on (repeat or comma-separate), "
+                                    "e.g. layers.2.out,layers.30.out,layers.58.out", factory=list)
     target: str = opt("", "serving target (gives L and the serving chat template)")
     target_layers: int = opt(0, "the target's decoder layer count when --target is not given",
                              aliases=("--num-layers",))
@@ -76,4 +82,7 @@ class DoctorLiveConfig:
                             "slightly shifted slot)")
     p_min: float = opt(0.0, "llama.cpp: the server's --spec-draft-p-min (llama-server does not report it); the "
                        "prediction stops drafting where llama.cpp does", ge=0, lt=1)
+    deadline: float = opt(900.0, "seconds the whole check may take once the server is contacted (every request "
+                          "to it and eaglewire's prediction); a server too slow for it ends in one line saying how "
+                          "far the check got", gt=0, le=86400)
     json: bool = json_flag()

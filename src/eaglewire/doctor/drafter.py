@@ -21,6 +21,7 @@ from eaglewire.data.manifest import manifest_hash
 from eaglewire.doctor.acceptance import chain_stats
 from eaglewire.doctor.heldout import per_category, shipped_categories
 from eaglewire.doctor.verdict import Report
+from eaglewire.drafter.vocabmap import duplicate_target
 from eaglewire.export.provenance import Provenance
 
 
@@ -92,7 +93,11 @@ def doctor_drafter(model, prov: Provenance, data_dir, head_w: torch.Tensor, num_
     if tokenizer is not None and idx == list(range(len(ds))) and num_samples >= len(ds):
         _add_categories(rep, model, ds, head_w, depth, tokenizer)
     d2t_nonzero = bool((model.d2t != 0).any())
-    if d2t_nonzero and as_ids["acc"][0] > good["acc"][0] + 0.1:
+    if (dup := duplicate_target(model.d2t.cpu())) is not None:
+        rep.add("d2t", False, f"d2t maps two draft ids to target id {dup}: two draft logits stand for one token "
+                "(llama.cpp refuses such a file, vLLM serves it wrongly)",
+                "rebuild the draft vocabulary (`eaglewire data vocab`) and train again")
+    elif d2t_nonzero and as_ids["acc"][0] > good["acc"][0] + 0.1:
         rep.add("d2t", False, f"acc_0 {good['acc'][0]:.3f} with d2t as offsets but {as_ids['acc'][0]:.3f} as absolute ids: "
                 "this checkpoint stores absolute target ids in d2t", "rewrite d2t as offsets: d2t[i] = target_id[i] - i")
     else:

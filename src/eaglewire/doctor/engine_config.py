@@ -18,8 +18,17 @@ from eaglewire.doctor.verdict import Report
 from eaglewire.export.checkpoint import corrupt_weights
 from eaglewire.export.formats import NOT_SERVABLE_KEY, read_config_json
 from eaglewire.infra.errors import EaglewireError, did_you_mean
-from eaglewire.targets.points import Engine, Point, default_points, fed_points, ids_for_points
+from eaglewire.targets.points import (
+    Engine,
+    Point,
+    default_points,
+    fed_points,
+    ids_for_points,
+    point_option,
+)
 from eaglewire.targets.points import id_meanings as points_id_meanings
+from eaglewire.targets.producers import READINGS, Producer, readings, trained_points
+from eaglewire.targets.support import capture_refusal
 
 ENGINES = ("sglang", "vllm", "speculators", "llama.cpp")
 
@@ -130,6 +139,8 @@ def _check_shapes(cfg: dict, shapes: dict, rep: Report) -> None:
 def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
     files = sorted(d.glob("*.safetensors"))
     if not files:
+        rep.add("weights", False, f"no *.safetensors in {d}: config only, so tensor names, sizes, values, d2t and fc "
+                "are not checked", "run it on the directory the engine loads (config.json + weights)", level="warning")
         return
     shapes = {}
     for fp in files:
@@ -218,7 +229,8 @@ def check_numerics(cfg: dict, trained_cfg: dict | None, rep: Report) -> None:
     """
     if not trained_cfg:
         rep.add("rope / norm", False, "the drafter's training config is unknown: rope_theta, rope_scaling, "
-                "rms_norm_eps and norm placement are not checked", "pass --trained-on CKPT", level="warning")
+                "rms_norm_eps and norm placement are not checked", "pass --trained-on CKPT (an eaglewire run); for "
+                "another trainer's drafter compare them with its training config", level="warning")
         return
     layer = cfg.get("transformer_layer_config") or cfg  # speculators nests the layer's config
     bad: dict[str, str] = {}
@@ -262,9 +274,6 @@ def _check_points(rep: Report, cfg: dict, p: Path, engine: Engine, L: int, train
     if trained:
         ok = [q.name for q in fed] == list(trained)
         rep.add("points", ok, f"{engine.label()} feeds {[q.name for q in fed]} ({how}); trained on {list(trained)}", fix)
-    else:
-        rep.add("points", False, f"{engine.label()} feeds {[q.name for q in fed]}; training points unknown",
-                "pass --trained-on CKPT", level="warning")
 
 
 def _check_other_versions(rep: Report, cfg: dict, p: Path, engine: Engine, L: int, trained: list[str] | None) -> None:
@@ -301,8 +310,85 @@ def _not_servable(rep: Report, cfg: dict, d: Path, engine: Engine) -> bool:
     return True
 
 
+def user_training(trained_with: str, trained_points_opt: list[str], recorded: list[str] | None, L: int | None,
+                  where: Path) -> tuple[list[str] | None, Producer | None]:
+    """What the user says of training (--trained-with / --trained-points) beside what the artifact records:
+    (trained point names, producer whose reading of config.json gives them). One source, never two."""
+    producer = Producer.parse(trained_with) if trained_with else None
+    if producer is not None and trained_points_opt:
+        raise EaglewireError("--trained-with and --trained-points both given: name what captured the features, "
+                             "or the points themselves, not both")
+    if producer is not None and producer.name == "eaglewire":
+        if recorded is None:
+            raise EaglewireError(f"{where}: records no eaglewire training (no eaglewire.json or eaglewire.export.json):"
+                                 " pass the run it came from with --trained-on RUN")
+        return recorded, None
+    if (producer is not None or trained_points_opt) and recorded is not None:
+        raise EaglewireError(f"{where}: records the points it was trained on (eaglewire): drop --trained-with / "
+                             "--trained-points, or check another directory")
+    if trained_points_opt:
+        if L is None:
+            raise EaglewireError("--trained-points: the target's number of layers is unknown: pass --target or "
+                                 "--target-layers")
+        return [p.name for p in point_option(trained_points_opt, L, default=False)], None
+    return recorded, producer
+
+
+def _who(producers: list[Producer]) -> list[str]:
+    """Labels of a reading's producers; SGLang once where every version reads the ids alike."""
+    if sum(p.name == "sglang" for p in producers) > 1:
+        return list(dict.fromkeys("SGLang capture" if p.name == "sglang" else p.label() for p in producers))
+    return [p.label() for p in producers]
+
+
+def _ask_rows(rep: Report, cfg: dict, eng: Engine, L: int, groups, versionless: Producer | None) -> None:
+    """One ASK row per reading of the ids: the points it means, and what the engine feeds against them."""
+    fed = [q.name for q in engine_points(cfg, eng, L)[0]]
+    for names, producers in groups:
+        who = ", ".join(_who(producers))
+        if names is None:
+            rep.add("if trained by", False, f"{who}: could not have captured these ids", level="question")
+            continue
+        same = names == fed
+        rep.add("if trained by", False, f"{who}: trained on {names}; {eng.label()} feeds " + (
+            "the same" if same else f"{fed}: {_fix_for([Point.parse(n) for n in names], eng, L)}"),
+                level="question")
+    rep.data["readings"] = [{"producers": _who(ps), "trained": names} for names, ps in groups]
+    example = versionless.versions()[0] if versionless else Producer("specforge", "0.2.0")
+    rep.question = ((f"name the {versionless.name} version: --trained-with {example.name}=={example.version}"
+                     if versionless else "say what captured the training features: --trained-with PRODUCER==VERSION "
+                     "(specforge==0.2.0, sglang==0.5.12, ...) or --trained-points NAMES") +
+                    "; the ids mean other layers to each")
+
+
+def _resolve_training(rep: Report, cfg: dict, eng: Engine, L: int, producer: Producer | None) -> list[str] | None:
+    """The points training captured, read from config.json in the producer's convention at its version.
+
+    Nothing known: every known producer's reading; when they differ, ASK rows instead of a verdict.
+    """
+    producers = producer.versions() if producer else list(READINGS)
+    groups = readings(cfg, L, eng.arch, producers)
+    if producer is not None and len(producers) == 1:
+        try:
+            pts, how = trained_points(cfg, producers[0], L, eng.arch)
+        except EaglewireError as e:
+            rep.add("training", False, str(e), "check --trained-with: this drafter cannot come from it as configured")
+            return None
+        rep.add("training", True, f"{producers[0].label()}: {how}: {[p.name for p in pts]}")
+        return [p.name for p in pts]
+    if len(groups) == 1 and groups[0][0] is not None:
+        who = ", ".join(_who(groups[0][1]))
+        rep.add("training", True, f"every reading agrees ({who}): trained on {groups[0][0]}")
+        return groups[0][0]
+    _ask_rows(rep, cfg, eng, L, groups, producer)
+    return None
+
+
 def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[str] | None, trained_sha: str | None,
-                  serving_sha: str | None, trained_cfg: dict | None = None, arch: str | None = None) -> Report:
+                  serving_sha: str | None, trained_cfg: dict | None = None, arch: str | None = None,
+                  trained_with: Producer | None = None) -> Report:
+    """`trained` (recorded or given points) wins; else `trained_with` reads config.json in that producer's
+    convention; else every known reading, and ASK rows where they differ."""
     eng = Engine.parse(engine, arch)
     if eng.name not in ENGINES:
         raise EaglewireError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)} (optionally ==VERSION)"
@@ -310,14 +396,21 @@ def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[st
     if L is None:
         raise EaglewireError("the target's number of layers is unknown: pass --target or --target-layers")
     if eng.name == "llama.cpp":  # a GGUF: its metadata, not a config.json, holds the ids
+        if trained_with is not None:
+            raise EaglewireError("--trained-with reads a config.json; for a GGUF name the points: --trained-points")
         return doctor_config_gguf(Path(d), eng, L, trained, trained_cfg)
     rep = Report("config")
     p, cfg = read_config_json(d)
     if _not_servable(rep, cfg, Path(d), eng):
         return rep
+    if refusal := capture_refusal(eng.name, eng.version, eng.arch):
+        rep.add("target class", False, refusal, "serve this target with an engine that captures from its class "
+                "(`eaglewire inspect --target ...` lists each engine's answer)")
     e3, why = _is_eagle3(cfg, eng.name)
     rep.add("eagle3 head", e3, why, 'serve as EAGLE-3 (architectures ["LlamaForCausalLMEagle3"] / --speculative-algorithm EAGLE3); '
             "as EAGLE-1 the fc over the 3 target features is skipped and tau falls to ~1")
+    if trained is None:
+        trained = _resolve_training(rep, cfg, eng, L, trained_with)
     _check_points(rep, cfg, p, eng, L, trained)
     _check_other_versions(rep, cfg, p, eng, L, trained)
     _check_weights(Path(d), cfg, rep)

@@ -39,11 +39,11 @@ def exported_for(d: Path) -> str | None:
 
 
 def trained_wiring(src: Path) -> tuple[list[str] | None, int | None, str | None, str | None]:
-    """(capture point names, target layers, target model_type, chat template hash) the drafter was
+    """(capture point names, target layers, target class (else model_type), chat template hash) the drafter was
     trained with: from a checkpoint's provenance, or from the record an `eaglewire export` writes."""
     if (src / PROVENANCE).is_file():
         p = read_provenance(src)
-        return p.point_names, p.num_layers, p.fingerprint.model_type, p.chat_template_sha
+        return p.point_names, p.num_layers, p.fingerprint.arch or p.fingerprint.model_type, p.chat_template_sha
     if (src / RECORD).is_file():
         where = src / RECORD
         try:
@@ -59,7 +59,7 @@ def trained_wiring(src: Path) -> tuple[list[str] | None, int | None, str | None,
             raise EaglewireError(f"{where}: points = {str(points)[:60]}: expected a list of capture point names")
         if isinstance(layers, bool) or not isinstance(layers, int) or not 0 < layers <= 10_000:
             raise EaglewireError(f"{where}: target_num_layers = {str(layers)[:40]}: expected a layer count (1..10000)")
-        return points, layers, fp.model_type, exp.get("chat_template_sha")
+        return points, layers, fp.arch or fp.model_type, exp.get("chat_template_sha")
     return None, None, None, None
 
 

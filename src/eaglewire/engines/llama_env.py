@@ -7,18 +7,23 @@ assumes), build only the `llama-server` target with network features off (no
 prebuilt web UI, no OpenSSL, no curl), and cache the result keyed by version.
 The same tree holds llama.cpp's own `convert_hf_to_gguf.py` and `gguf-py`,
 which export uses, so the GGUF writer and the server always come from one
-source.
+source. Both are trusted only while they match the record written after they
+were made (`infra/buildcache.py`: the server binary's and the converter's
+sha256): a binary cut short by a full disk or a killed build is rebuilt, a
+damaged source unpacked again.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 from eaglewire.engines.vllm_env import run_logged
+from eaglewire.infra.buildcache import NO_RECORD, damage, seal
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.locks import waiting_lock
 from eaglewire.targets.load import cache_dir
@@ -59,20 +64,64 @@ def find_server(explicit: str = "", install: bool = True, timeout: int = 3600) -
     if is_built():
         return server_binary()
     if not install:
-        raise EaglewireError("no llama-server found: pass --llama-server, or run "
-                             "`python -m eaglewire.engines.llama_env` to build the pinned one (~10-25 min)")
+        why = build_damage() if server_binary().is_file() else None
+        raise EaglewireError((f"llama-server {server_binary()} is damaged ({why}): rebuild it" if why else
+                              "no llama-server found: pass --llama-server, or build the pinned one") +
+                             " with `python -m eaglewire.engines.llama_env` (~10-25 min)")
     return ensure_built(timeout)
 
 
 def is_built() -> bool:
-    return (home() / _READY).is_file() and server_binary().is_file()
+    return (home() / _READY).is_file() and server_binary().is_file() and build_damage() is None
+
+
+def build_damage() -> str | None:
+    """Why the built llama-server does not match its record (None: it does). A build from before records were
+    kept is recorded now if it runs."""
+    why = damage(home() / "build")
+    if why == NO_RECORD and (home() / _READY).is_file() and _runs(server_binary()):
+        try:
+            seal(home() / "build", [server_binary()])
+        except OSError:  # a read-only cache: trusted as before
+            pass
+        return None
+    return why
+
+
+def _runs(binary: Path) -> bool:
+    try:
+        return subprocess.run([str(binary), "--version"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _source_files(src: Path) -> list[Path]:
+    """What export runs from the source tree: the converter and its gguf package."""
+    return [p for p in [src / "convert_hf_to_gguf.py", *sorted((src / "gguf-py").rglob("*.py"))] if p.is_file()]
+
+
+def _source_trusted(src: Path) -> bool:
+    if not ((home() / ".source-ready").is_file() and src.is_dir()):
+        return False
+    why = damage(src)
+    if why == NO_RECORD:  # unpacked before records were kept
+        try:
+            seal(src, _source_files(src))
+        except OSError:
+            pass
+        return True
+    if why is not None:
+        print(f"[llama.cpp] the llama.cpp source in {src} is not used ({why}); unpacking it again", file=sys.stderr,
+              flush=True)
+    return why is None
 
 
 def ensure_source(timeout: int = 600) -> Path:
     """Unpack the pinned sdist once; the converter needs only this, not the build."""
     src = source_dir()
-    if (home() / ".source-ready").is_file() and src.is_dir():
+    if _source_trusted(src):
         return src
+    (home() / ".source-ready").unlink(missing_ok=True)
     home().mkdir(parents=True, exist_ok=True)
     log = home() / "install.log"
     dl = home() / "sdist"
@@ -90,6 +139,7 @@ def ensure_source(timeout: int = 600) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     if not (src / "convert_hf_to_gguf.py").is_file():
         raise EaglewireError(f"llama.cpp: the sdist has no vendor/llama.cpp/convert_hf_to_gguf.py ({src})")
+    seal(src, _source_files(src))
     (home() / ".source-ready").write_text(LLAMA_CPP_PYTHON + "\n")
     return src
 
@@ -102,6 +152,11 @@ def ensure_built(timeout: int = 3600) -> Path:
     with waiting_lock(home().parent / f".llama.cpp-{LLAMA_CPP_PYTHON}.lock"):
         if is_built():
             return server_binary()
+        if server_binary().is_file():  # cut short, or not the binary that was built: cmake would call it up to date
+            print(f"[llama.cpp] llama-server {server_binary()} is not used ({build_damage()}); rebuilding it",
+                  file=sys.stderr, flush=True)
+            (home() / _READY).unlink(missing_ok=True)
+            shutil.rmtree(home() / "build", ignore_errors=True)
         if shutil.which("cmake") is None:
             raise EaglewireError("llama.cpp: building llama-server needs cmake and a C++ compiler "
                                  "(apt install cmake g++), or pass --llama-server")
@@ -115,6 +170,7 @@ def ensure_built(timeout: int = 3600) -> Path:
         run_logged(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], log, timeout, "llama.cpp")
         if not server_binary().is_file():
             raise EaglewireError(f"llama.cpp: the build finished without {server_binary()} (log {log})")
+        seal(build, [server_binary()])
         (home() / _READY).write_text(LLAMA_CPP_PYTHON + "\n")
     return server_binary()
 

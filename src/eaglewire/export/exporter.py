@@ -14,6 +14,7 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
+from eaglewire.drafter.vocabmap import duplicate_target
 from eaglewire.export import gguf
 from eaglewire.export.checkpoint import load_checkpoint, resolve_dir
 from eaglewire.export.config import ExportConfig
@@ -27,6 +28,7 @@ from eaglewire.export.formats import (
     serving_engine,
     to_format_state,
 )
+from eaglewire.export.weights import check_exported
 from eaglewire.infra.atomic import atomic_dir, check_replace
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.hub import cached_snapshot, is_repo_id
@@ -81,12 +83,21 @@ def _write_dir(out: Path, files: dict) -> None:
                 (tmp / name).write_text(json.dumps(content, indent=2))
 
 
+def refuse_duplicate_targets(ckpt, model) -> None:
+    """Every engine reads d2t as one target token per draft id; vLLM serves a repeated one wrongly without a word."""
+    if (dup := duplicate_target(model.d2t)) is not None:
+        raise EaglewireError(f"{ckpt}: d2t maps two draft ids to target id {dup} (a draft vocabulary names each target "
+                             "token once; llama.cpp's converter refuses it, vLLM would serve it wrongly): rebuild the "
+                             "draft vocabulary (`eaglewire data vocab`) and train again")
+
+
 def run_export(cfg: ExportConfig) -> dict:
     if cfg.format.lower() in ("gguf", "llama.cpp"):
         return run_export_gguf(cfg)
     fmt = canonical(cfg.format)
     replaced = check_replace(cfg.out, cfg.force, RECORD, "export", sources=(cfg.ckpt, resolve_dir(cfg.ckpt)))
     model, prov = load_checkpoint(cfg.ckpt)
+    refuse_duplicate_targets(cfg.ckpt, model)
     L, points = prov.num_layers, prov.points
     if points is None or L is None:
         raise EaglewireError(f"{cfg.ckpt}: the provenance names no capture points or layer count")
@@ -111,6 +122,7 @@ def run_export(cfg: ExportConfig) -> dict:
         warnings.append("the checkpoint's target is unknown (imported without --target): check the serving target yourself")
     config = build_config(fmt, model.config, ids, verifier, cfg.depth)
     tensors = to_format_state(fmt, model.config, model.state_dict())
+    check_exported(tensors, "f32", str(cfg.ckpt))  # written as float32: finite is what can be checked
     record = {"source": str(cfg.ckpt), "format": fmt, "points": [p.name for p in points], "target_num_layers": L,
               "ids": ids, "engine": eng.label(),
               # what `doctor config` on this directory checks against when no --engine is given
@@ -129,6 +141,7 @@ def run_export_gguf(cfg: ExportConfig) -> dict:
     target_type = gguf.check_type("--target-gguf", cfg.target_gguf) if cfg.target_gguf else ""
     replaced = check_replace(cfg.out, cfg.force, RECORD, "export", sources=(cfg.ckpt, resolve_dir(cfg.ckpt)))
     model, prov = load_checkpoint(cfg.ckpt)
+    refuse_duplicate_targets(cfg.ckpt, model)
     L, points = prov.num_layers, prov.points
     if points is None or L is None:
         raise EaglewireError(f"{cfg.ckpt}: the provenance names no capture points or layer count")
@@ -140,6 +153,7 @@ def run_export_gguf(cfg: ExportConfig) -> dict:
     target_dir = gguf.target_dir_for(source, L, str(cfg.ckpt))
     config = {**build_config("vllm", model.config, ids), "eagle_aux_hidden_state_layer_ids": ids}
     tensors = to_format_state("vllm", model.config, model.state_dict())
+    gguf.check_range(tensors, outtype, str(cfg.ckpt))  # in the written type, before anything is written
     record = {"source": str(cfg.ckpt), "format": "gguf", "points": [p.name for p in points], "target_num_layers": L,
               "ids": ids, "engine": gguf.LLAMA_CPP.label(), "engine_spec": "llama.cpp", "assumed": [],
               "ids_meaning": ENGINE_HELP["llama.cpp"], "ids_key": gguf.ID_KEY, "warnings": [],

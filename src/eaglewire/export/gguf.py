@@ -9,6 +9,14 @@ ours is the one thing the converter copies blindly: the layer ids. It writes
 `target_layers` as they are, and llama.cpp reads id k as the *input* of layer k.
 So the staged config carries ids computed for llama.cpp from the recorded
 physical points (`targets/points.py`), never the ids of another engine's export.
+
+Why the converter is fenced in: it is outside code that loads a target's
+tokenizer with `trust_remote_code=True` for some tokenizers and families, and
+with the question on stdin for the rest. So every directory it gets passes
+eaglewire's own checks first (`targets/codecheck.py`: no `auto_map`, no
+tokenizer class transformers does not implement), and it runs with stdin
+closed, offline, from a directory of ours, under a guard that makes
+transformers' import of a model directory's module fail.
 """
 
 from __future__ import annotations
@@ -17,19 +25,41 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+import torch
 
 from eaglewire.drafter import DrafterConfig
 from eaglewire.engines import llama_env
+from eaglewire.export.weights import check_exported
+from eaglewire.infra.atomic import owned_tmpdir
+from eaglewire.infra.children import child_env, run_child
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.targets.load import cache_dir, default_gguf, resolve_target_dir
+from eaglewire.targets.codecheck import refuse_foreign_code
+from eaglewire.targets.load import cache_dir, checked_dir, default_gguf, resolve_target_dir
 from eaglewire.targets.points import Engine, Point, ids_for_points
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
 DRAFTER_FILE = "drafter.gguf"
 LLAMA_CPP = Engine.parse("llama.cpp")
 ID_KEY = "eagle3.target_layers (GGUF metadata, from eagle_aux_hidden_state_layer_ids)"
+CONVERTER = "llama.cpp's convert_hf_to_gguf.py"
+
+# Run before the converter in its interpreter: transformers' loader of a model directory's own module (and the
+# copy that precedes it) refuses, and a question about custom code is answered no at once. Our checks refuse such
+# a directory first; this holds if one is ever missed.
+GUARD = """
+import os, runpy, sys
+import transformers.dynamic_module_utils as _d
+def _refuse(*a, **k):
+    raise SystemExit("eaglewire: refused to import a model directory's own code: " + repr(a[:2])[:200])
+_d.get_cached_module_file = _d.get_class_in_module = _refuse
+_d.TIME_OUT_REMOTE_CODE = 0
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+runpy.run_path(script, run_name="__main__")
+"""
 
 
 def refusals(cfg: DrafterConfig, points: list[Point], num_layers: int) -> list[str]:
@@ -67,9 +97,14 @@ def check_type(name: str, value: str) -> str:
     return v
 
 
+def checked_for_converter(d: Path) -> Path:
+    """`d` once it is safe to hand to llama.cpp's converter: eaglewire's target checks and no code it would run."""
+    return checked_dir(refuse_foreign_code(d, CONVERTER))
+
+
 def target_dir_for(source: str, num_layers: int, where: str) -> Path:
     """The target's HF directory the converter reads (tokenizer, vocab and layer count), checked against the drafter."""
-    d = resolve_target_dir(source)
+    d = checked_for_converter(resolve_target_dir(source))
     try:
         tc = json.loads((d / "config.json").read_text())
     except (OSError, ValueError, RecursionError) as e:
@@ -81,25 +116,48 @@ def target_dir_for(source: str, num_layers: int, where: str) -> Path:
     return d
 
 
+def converter_command(script: Path, args: list[str]) -> list[str]:
+    """The converter under GUARD; `-P`: the working directory is not on its import path."""
+    return [sys.executable, "-P", "-c", GUARD, str(script), *args]
+
+
+def run_converter(script: Path, args: list[str], timeout: int, cwd: Path) -> subprocess.CompletedProcess:
+    """The converter as a fenced child: stdin closed, offline, in `cwd` (ours), its group killed with us."""
+    env = child_env({"PYTHONPATH": os.pathsep.join(p for p in (str(llama_env.gguf_py()), os.environ.get("PYTHONPATH", ""))
+                                                    if p)})
+    env.pop("NO_LOCAL_GGUF", None)  # its own gguf-py, not our pinned PyPI gguf (which predates EAGLE3)
+    return run_child(converter_command(script, args), timeout, env=env, cwd=cwd)
+
+
 def convert(model_dir: Path, out_file: Path, outtype: str, target_dir: Path | None = None,
             timeout: int = 1800) -> Path:
-    """Run llama.cpp's convert_hf_to_gguf.py (pinned tree) on an HF directory; one line on failure."""
+    """Run llama.cpp's convert_hf_to_gguf.py (pinned tree) on an HF directory; one line on failure.
+
+    `model_dir` is a target (checked as one) or a staged drafter of ours (no target_dir given then: checked
+    for code only); both pass before the converter is even unpacked."""
+    if target_dir is None:
+        checked_for_converter(model_dir)
+    else:
+        refuse_foreign_code(model_dir, CONVERTER)
+        checked_for_converter(target_dir)
     src = llama_env.ensure_source()
-    cmd = [sys.executable, str(src / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(out_file),
-           "--outtype", outtype]
+    args = [str(model_dir), "--outfile", str(out_file), "--outtype", outtype]
     if target_dir is not None:
-        cmd += ["--target-model-dir", str(target_dir)]
-    # its own gguf-py, not our pinned PyPI gguf (which predates the EAGLE3 architecture)
-    env = {k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(llama_env.gguf_py()), env.get("PYTHONPATH", "")) if p)
+        args += ["--target-model-dir", str(target_dir)]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        r = run_converter(src / "convert_hf_to_gguf.py", args, timeout, out_file.parent)
     except subprocess.TimeoutExpired as e:
         raise EaglewireError(f"llama.cpp's converter on {model_dir} took over {timeout} s") from e
     if r.returncode != 0 or not out_file.is_file():
         tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
         raise EaglewireError(f"llama.cpp's convert_hf_to_gguf.py failed on {model_dir} (exit {r.returncode}): {tail}")
     return out_file
+
+
+def check_range(tensors: dict[str, torch.Tensor], outtype: str, where: str) -> None:
+    """The drafter's weights as the converter writes them (`outtype` for every matrix, f32 for 1-D tensors),
+    finite and in range, before anything is written: f16 turns a finite 1e5 into inf without a word."""
+    check_exported(tensors, outtype, where, narrowed_min_dims=2)
 
 
 def target_gguf(source: str, outtype: str) -> Path:
@@ -111,9 +169,10 @@ def target_gguf(source: str, outtype: str) -> Path:
     out = cache_dir() / "gguf" / f"{d.name}-{outtype}.gguf"
     if out.is_file():
         return out
+    checked_for_converter(d)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".convert-") as tmp:
-        part = convert(d, Path(tmp) / out.name, outtype)
+    with owned_tmpdir(out.parent, ".convert-") as tmp:  # a killed run's is removed by the next
+        part = convert(d, tmp / out.name, outtype)
         part.rename(out)  # whole or absent: a killed conversion never leaves a truncated cached file
     return out
 

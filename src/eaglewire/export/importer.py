@@ -22,6 +22,7 @@ from transformers import LlamaConfig
 
 from eaglewire.drafter import DrafterConfig
 from eaglewire.drafter.config import BOUNDS, MAX_DRAFTER_LAYERS, bounded_count
+from eaglewire.drafter.vocabmap import duplicate_target
 from eaglewire.export.checkpoint import checked_model, save_checkpoint
 from eaglewire.export.config import ImportConfig
 from eaglewire.export.exporter import RECORD
@@ -165,6 +166,33 @@ def drafter_config(fmt: str, raw: dict, sd: dict, notes: Notes) -> DrafterConfig
         raise EaglewireError(f"config.json: {e}") from e
 
 
+def refuse_disagreeing_ids(cpath: Path, raw: dict) -> None:
+    """Ids at the top level (what vLLM reads) and under eagle_config (what SGLang reads) that disagree are refused,
+    naming both: whichever list the import took, an engine reading the other would be wired to other layers."""
+    top = raw.get("eagle_aux_hidden_state_layer_ids")
+    nested = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    if top and nested and top != nested:
+        raise EaglewireError(f"{cpath}: eagle_aux_hidden_state_layer_ids = {top} at the top level (what vLLM reads) "
+                             f"but {nested} under eagle_config (what SGLang reads): which layers the drafter was "
+                             "trained on cannot be told; keep the right list in both places, or in one")
+
+
+# EAGLE-3 drafters whose draft layer is not a Llama decoder layer: their weights are another model's
+# (vLLM 0.32 serves Eagle3DeepseekV2ForCausalLM from deepseek_eagle3.py: an MLA attention in the draft layer).
+OTHER_DRAFT_LAYERS = {"Eagle3DeepseekV2ForCausalLM": "an MLA (DeepSeek-style latent attention) draft layer",
+                      "Eagle3DeepseekV3ForCausalLM": "an MLA (DeepSeek-style latent attention) draft layer"}
+
+
+def refuse_other_draft_layers(cpath: Path, raw: dict) -> None:
+    """eaglewire's drafter is a Llama-layer EAGLE-3 head; importing another layer's weights into it would load
+    none of them right, so such a drafter is refused by its class name, with the reason."""
+    for arch in raw.get("architectures") or []:
+        if arch in OTHER_DRAFT_LAYERS:
+            raise EaglewireError(f"{cpath}: architectures {arch!r} is {OTHER_DRAFT_LAYERS[arch]}; eaglewire's drafter "
+                                 "is a Llama decoder layer (LlamaForCausalLMEagle3), so these weights cannot be "
+                                 "imported (serve it as published; `doctor config` still checks its ids)")
+
+
 def _stored_ids(fmt: str, raw: dict, notes: Notes) -> list[int] | None:
     top = raw.get("eagle_aux_hidden_state_layer_ids")
     nested = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
@@ -211,33 +239,59 @@ def resolve_points(fmt: str, raw: dict, L: int, num_aux: int, layers_from: str, 
     return pts, rec
 
 
-def _fill_vocab_maps(cfg: DrafterConfig, sd: dict, notes: Notes) -> None:
+def _fill_vocab_maps(cfg: DrafterConfig, sd: dict, notes: Notes, where: Path | str = "weights") -> None:
     V, D = cfg.vocab_size, cfg.draft_vocab_size
     has_d, has_t = "d2t" in sd, "t2d" in sd
-    if has_d and has_t:
-        return
     if not has_d and not has_t:
         if D != V:
-            raise EaglewireError(f"weights: no d2t/t2d but draft_vocab_size {D} < vocab_size {V}: "
+            raise EaglewireError(f"{where}: no d2t/t2d but draft_vocab_size {D} < vocab_size {V}: "
                                  "which target ids the draft vocab covers cannot be known")
         sd["d2t"], sd["t2d"] = torch.zeros(D, dtype=torch.long), torch.ones(V, dtype=torch.bool)
         notes.assumed.append("no d2t/t2d: full vocabulary, identity mapping (what the format's loader does)")
-    elif has_t:
+    elif has_t and not has_d:
         t2d = sd["t2d"].bool()
         ids = t2d.nonzero().flatten()
         if ids.numel() != D:
             raise EaglewireError(f"t2d marks {ids.numel()} target ids, draft_vocab_size is {D}")
         sd["d2t"] = ids - torch.arange(D)
         notes.inferred.append("d2t derived from t2d (ascending target ids)")
-    else:
-        d2t = sd["d2t"].long()
-        tgt = d2t + torch.arange(d2t.numel())
-        if int(tgt.min()) < 0 or int(tgt.max()) >= V:
-            raise EaglewireError(f"d2t maps draft ids outside the target vocab [0, {V}) (d2t must hold offsets)")
+    elif not has_t:
+        sd["d2t"] = _offsets_of(sd["d2t"].long(), V, notes, where)
+        tgt = sd["d2t"] + torch.arange(sd["d2t"].numel())
         sd["t2d"] = torch.zeros(V, dtype=torch.bool).index_fill_(0, tgt, True)
         notes.inferred.append("t2d derived from d2t")
     sd["d2t"] = sd["d2t"].long()
     sd["t2d"] = sd["t2d"].bool()
+    if (dup := duplicate_target(sd["d2t"])) is not None:
+        raise EaglewireError(f"{where}: d2t maps two draft ids to target id {dup} (a draft vocabulary names each "
+                             "target token once; llama.cpp refuses such a file, vLLM would serve it wrongly)")
+
+
+def _offsets_of(d2t: torch.Tensor, V: int, notes: Notes, where) -> torch.Tensor:
+    """d2t as offsets, telling them from absolute target ids where only one reading is a draft vocabulary.
+
+    EAGLE-3 stores offsets (target = draft + d2t[draft]); some tools store the target ids themselves.
+    A reading is possible when every target id it gives is in [0, V) and none repeats. Offsets of a
+    vocabulary with two neighbouring target ids repeat a value (so cannot be ids); ids past V - D read as
+    offsets leave the vocabulary. Where both readings are possible nothing in the tensor decides, so
+    the import stops rather than wire every draft token to another target token.
+    """
+    ar = torch.arange(d2t.numel())
+    readings = {"offsets": d2t + ar, "absolute target ids": d2t}
+    ok = [k for k, t in readings.items() if t.numel() and int(t.min()) >= 0 and int(t.max()) < V
+          and duplicate_target(t - ar) is None]
+    if ok == ["offsets"]:
+        return d2t
+    if ok == ["absolute target ids"]:
+        notes.inferred.append("d2t holds absolute target ids (read as offsets they repeat or leave the vocabulary): "
+                              "converted to offsets")
+        return d2t - ar
+    if not ok:
+        raise EaglewireError(f"{where}: d2t maps draft ids outside the target vocab [0, {V}) or to one target id twice, read "
+                             "as offsets (target = draft + d2t[draft]) and as absolute target ids alike")
+    raise EaglewireError(f"{where}: d2t reads both as offsets (target = draft + d2t[draft], EAGLE-3's convention) and "
+                         "as absolute target ids (target = d2t[draft]), and no t2d says which: add the t2d mask "
+                         "(True at the draft vocabulary's target ids) to the weights")
 
 
 def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
@@ -282,6 +336,8 @@ def run_import(cfg: ImportConfig) -> dict:
                              "import; use it directly, or `eaglewire export` it to a format that can express it")
     if not isinstance(raw.get("eagle_config", {}), dict):
         raise EaglewireError(f"{cpath}: eagle_config = {str(raw['eagle_config'])[:40]}: expected an object")
+    refuse_disagreeing_ids(cpath, raw)
+    refuse_other_draft_layers(cpath, raw)
     files = {p.name for p in src.iterdir()}
     fmt = detect_format(raw, files) if cfg.format == "auto" else canonical(cfg.format)
     if cfg.format == "auto":
@@ -298,7 +354,7 @@ def run_import(cfg: ImportConfig) -> dict:
                              "\"hidden_size\": 2048)") from e
     sd = from_format_state(dcfg, sd)
     L, target, chat_sha = _target_facts(cfg, sd, dcfg, notes)
-    _fill_vocab_maps(dcfg, sd, notes)
+    _fill_vocab_maps(dcfg, sd, notes, src / wfile)
     pts, rec = resolve_points(fmt, raw, L, dcfg.num_aux, cfg.layers_from, notes, target.fingerprint.model_type)
     if dcfg.tie_word_embeddings:
         sd.setdefault("lm_head.weight", sd.get("embed_tokens.weight"))

@@ -60,3 +60,45 @@ def read_weights(src: Path, fmt: str) -> tuple[dict[str, torch.Tensor], str]:
                                      f"(--format eagle); a {fmt} checkpoint must be safetensors")
             return load_pickle_weights(src / name), name
     raise EaglewireError(f"{src}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
+
+
+# --- exported weights, checked in the type they are written as -----------------------------------------------
+
+Q8_BLOCK = 32  # llama.cpp's q8_0: blocks of 32 values along a row, int8 each, scaled by an f16 max|x| / 127
+NARROWED = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _unstorable(t: torch.Tensor, kind: str) -> str | None:
+    """Why tensor `t` cannot be written as `kind` (f32, f16, bf16, q8_0), or None when it can."""
+    t = t.detach()
+    if not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        return f"{bad} of its {t.numel()} values are not finite (NaN or inf) already"
+    if kind == "q8_0" and t.shape[-1] % Q8_BLOCK == 0:
+        scales = t.float().reshape(-1, Q8_BLOCK).abs().amax(dim=1) / 127
+        if not bool(torch.isfinite(scales.to(torch.float16)).all()):
+            return f"its largest value {t.abs().max().item():.4g} overflows q8_0's f16 block scale (max|x| / 127)"
+        return None
+    dtype = NARROWED.get(kind, torch.float16)  # a q8_0 row that is not whole blocks is written as f16
+    if not bool(torch.isfinite(t.to(dtype)).all()):
+        return (f"its largest value {t.abs().max().item():.4g} overflows {kind} (largest finite "
+                f"{torch.finfo(dtype).max:.6g}): it would be written as inf")
+    return None
+
+
+def check_exported(tensors: dict[str, torch.Tensor], kind: str, where: str, narrowed_min_dims: int = 0) -> None:
+    """Every floating tensor finite and within `kind`'s range, before anything is written: one line naming the
+    tensor, the reason and a type that holds it. Tensors of fewer than `narrowed_min_dims` dimensions are written
+    as f32 whatever `kind` (llama.cpp keeps 1-D tensors, the norms, in f32)."""
+    for name, t in tensors.items():
+        if not t.is_floating_point():
+            continue
+        this = kind if t.dim() >= narrowed_min_dims else "f32"
+        why = _unstorable(t, this)
+        if why is None:
+            continue
+        fits = [k for k in ("bf16", "f32") if k != this and _unstorable(t, k) is None]
+        fix = (f"export with --gguf-type {' or '.join(fits)} (which hold{'s' if len(fits) == 1 else ''} them)"
+               if fits and kind != "f32"
+               else "the drafter's weights are damaged: retrain, or resume from an earlier checkpoint")
+        raise EaglewireError(f"{where}: tensor {name} cannot be exported as {this}: {why}; {fix}")

@@ -8,15 +8,23 @@ only after the new one is in place. Single files rewritten while a job runs
 (a manifest after every shard, a config, a stage marker, responses.jsonl) go
 through `atomic_file`: a reader, or a resume after a crash, sees the old file
 or the new one, never a torn one.
+
+A temporary directory is held by its process (an exclusive `flock` on the
+directory, which the kernel drops when the process dies, however it dies), so
+the next run in the same place removes what a killed one left (a GGUF export
+killed with -9 left a hidden 221 MB one) and never touches a live one's.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,14 +73,77 @@ def on_disk_full(where: Path, what: str) -> Iterator[None]:
                              "free space and rerun, with --resume where the command takes it)") from e
 
 
+STALE_AGE_S = 60  # younger temporary directories are left alone: their run may not have locked them yet
+_MKDTEMP = re.compile(r"[a-z0-9_]{8}")  # what tempfile.mkdtemp appends (the names of earlier versions)
+
+
+def _hold(d: Path) -> int | None:
+    """An fd on directory `d` holding its exclusive flock; None when another process holds it (or the file
+    system cannot say: then it is treated as held, and never removed)."""
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def remove_stale(parent: Path, prefix: str) -> list[Path]:
+    """Remove the temporary directories `prefix`tmp-* (and earlier versions' `prefix`XXXXXXXX) in `parent` that
+    no live process holds and that are older than STALE_AGE_S; the removed ones."""
+    gone = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return gone
+    for e in entries:
+        rest = e.name[len(prefix):] if e.name.startswith(prefix) else None
+        if rest is None or not (rest.startswith("tmp-") or _MKDTEMP.fullmatch(rest)):
+            continue
+        try:
+            if not e.is_dir(follow_symlinks=False) or time.time() - e.stat(follow_symlinks=False).st_mtime < STALE_AGE_S:
+                continue
+        except OSError:
+            continue
+        fd = _hold(Path(e.path))
+        if fd is None:
+            continue  # its run is alive
+        try:
+            shutil.rmtree(e.path, ignore_errors=True)
+            gone.append(Path(e.path))
+        finally:
+            os.close(fd)
+    return gone
+
+
+@contextmanager
+def owned_tmpdir(parent: Path, prefix: str) -> Iterator[Path]:
+    """A temporary directory in `parent` held by this process while the block runs, removed after (unless the
+    block renamed it away); what killed runs left under the same prefix is removed first."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(parent, prefix)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}tmp-", dir=parent))
+    fd = _hold(tmp)
+    try:
+        yield tmp
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)
+
+
 @contextmanager
 def atomic_dir(out: Path):
     """Yield a temporary directory that replaces ``out`` when the block succeeds."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     old = out.with_name(f".{out.name}.old")
-    try:
+    with owned_tmpdir(out.parent, f".{out.name}.") as tmp:
         with on_disk_full(out.parent, f"{out.name}/"):
             yield tmp
         follow_umask(tmp)
@@ -83,9 +154,6 @@ def atomic_dir(out: Path):
         tmp.rename(out)
         if old.exists():
             shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextmanager

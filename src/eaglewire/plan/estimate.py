@@ -68,7 +68,7 @@ def _device_memory(cfg, s: dict, d: dict, T: int) -> dict:
     """Bytes on one device per stage; training keeps the drafter in fp32 with AdamW."""
     wb = 2 if cfg.device == "cuda" else 4
     weights = s["num_parameters"] * wb
-    kv = s["num_layers"] * s["kv_values_per_token_per_layer"] * T * cfg.gen_batch_size * wb
+    kv = s["kv_cache_layers"] * s["kv_values_per_token_per_layer"] * T * cfg.gen_batch_size * wb
     gen = weights + kv + cfg.gen_batch_size * s["vocab_size"] * 4
     act_I = s["active_intermediate"]
     extract_act = cfg.batch_tokens * ((s["num_points"] + 1) * s["hidden_size"] + 4 * s["hidden_size"] + 3 * act_I) * wb
@@ -171,12 +171,12 @@ def _cpu_rates(cfg, s: dict, d: dict) -> dict:
 
 def _gpu_rates(cfg, s: dict, d: dict, T: int) -> dict:
     flops, bw = cfg.gpu_tflops * 1e12, cfg.gpu_bandwidth_gbs * 1e9
-    attn = 2 * s["num_layers"] * T * s["num_heads"] * s["head_dim"]  # causal: ~T/2 keys x (QK + PV) x 2 flops
+    attn = 2 * s["kv_cache_layers"] * T * s["num_heads"] * s["head_dim"]  # causal: ~T/2 keys x (QK + PV) x 2 flops
     prefill = flops * MFU_PREFILL / (2 * s["active_parameters"] + attn)
     B, ne, k = cfg.gen_batch_size, s["num_experts"], s["experts_per_token"]
     touched = 1 - (1 - k / ne) ** B if ne else 1.0  # share of routed experts a batch reads per step
     weight_bytes = (s["num_parameters"] - s["routed_expert_parameters"] * (1 - touched)) * 2
-    kv_bytes = B * s["num_layers"] * s["kv_values_per_token_per_layer"] * (T / 2) * 2
+    kv_bytes = B * s["kv_cache_layers"] * s["kv_values_per_token_per_layer"] * (T / 2) * 2
     step = max((weight_bytes + kv_bytes) / (bw * DECODE_BW_EFFICIENCY),
                2 * s["active_parameters"] * B / (flops * MFU_PREFILL))
     D, H = d["draft_vocab_size"], s["hidden_size"]
@@ -219,6 +219,9 @@ def _assumptions(cfg, s: dict) -> list[str]:
          "capture path: in process when one device holds the whole target (every torchrun rank loads a copy), "
          f"else vLLM tensor parallel over the smallest power of two of devices holding {VLLM_OVERHEAD:g} x the "
          "weights (KV cache and activations beside them)"]
+    if s["kv_cache_layers"] < s["num_layers"]:
+        a.append(f"KV cache: {s['kv_cache_layers']} of {s['num_layers']} layers cache per token; the other "
+                 "layers are linear attention, whose fixed-size state is not counted")
     if s["num_experts"]:
         a.append(f"MoE: {s['experts_per_token']} of {s['num_experts']} routed experts active per token "
                  f"({s['active_parameters']:,} active parameters)")

@@ -17,10 +17,11 @@ from eaglewire.engines.llama_env import find_server
 from eaglewire.engines.llama_server import LlamaServer, LlamaSpec, llama_command
 from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
-from eaglewire.export.gguf import GGUF_TYPES, target_gguf
+from eaglewire.export.gguf import GGUF_TYPES, checked_for_converter, target_gguf
 from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.serve.config import ServeConfig
+from eaglewire.targets.load import resolve_target_dir
 
 
 def target_file(cfg: ServeConfig, source: str) -> Path:
@@ -56,7 +57,11 @@ def print_llamacpp(cfg: ServeConfig, ckpt: Path, source: str, export_dir: Path) 
 
 
 def start_llamacpp(cfg: ServeConfig, ckpt: Path, source: str, out: Path) -> tuple[LlamaServer, dict, Path]:
-    """Export, record and start: (the started server, the serve record, the export directory)."""
+    """Export, record and start: (the started server, the serve record, the export directory).
+
+    The target is checked first: llama.cpp's converter reads it (the vocabulary, and the whole model when
+    --target-gguf names a type) and would run code it names; nothing is built, converted or written before."""
+    checked_for_converter(resolve_target_dir(source))
     binary = find_server(cfg.llama_server)
     target = target_file(cfg, source)
     exp = run_export(ExportConfig(ckpt=ckpt, format="gguf", out=out / "llama.cpp", gguf_type=cfg.gguf_type,

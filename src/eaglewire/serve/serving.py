@@ -32,6 +32,7 @@ from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.output import emit
 from eaglewire.serve import llamacpp
 from eaglewire.serve.config import ServeConfig
+from eaglewire.targets.codecheck import refuse_foreign_code
 from eaglewire.targets.load import load_target, resolve_target_dir
 
 
@@ -107,6 +108,7 @@ def run_serve(cfg: ServeConfig) -> dict:
         raise EaglewireError(f"--engine {cfg.engine}: eaglewire starts and checks vLLM and llama.cpp; --print-command prints "
                              f"the {cfg.engine} command for the machine that will serve")
     out = cfg.out or ckpt.parent / "serve"
+    refuse_foreign_code(resolve_target_dir(source), "vLLM")  # before a venv is built or anything written
     py, version = _python(cfg)
     exp = _export(cfg, ckpt, out, version)
     spec = _spec(cfg, resolve_target_dir(source), Path(exp["out"]).resolve(), "cuda" if torch.cuda.is_available() else "cpu")
@@ -128,7 +130,7 @@ def _check_and_hold(cfg: ServeConfig, ckpt: Path, source: str, server, res: dict
         res["check"] = rep.to_dict() if rep else None
         if rep is not None and rep.failed:
             rep.print(cfg.json)
-            raise EaglewireError(f"{url}: the served acceptance differs from eaglewire's (table above); server stopped")
+            raise EaglewireError(f"{url}: {failure_line(rep)}; server stopped")
         emit(res, cfg.json, lambda r: human(r, rep))
         if cfg.check_only:
             return res
@@ -148,12 +150,38 @@ def _check(cfg: ServeConfig, ckpt: Path, source: str, url: str, export_dir: Path
     t = load_target(source)
     drafter, points, _ = load_drafter_for(t, ckpt)
     engine = SpecEngine(t, drafter, points)
-    prompts, _ = encode_prompt_file(engine, heldout_prompts_path(), cfg.check_prompts)
-    arch = (t.config.architectures or [t.config.model_type])[0]
+    prompts = fitting_prompts(encode_prompt_file(engine, heldout_prompts_path(), cfg.check_prompts)[0],
+                              cfg.max_new_tokens, cfg.max_model_len)
+    arch = t.arch
     static = static_check_for(export_dir, [p.name for p in points], t.num_layers, arch)
     return doctor_live(url, engine, prompts, cfg.max_new_tokens, static,
                        target=[source, str(t.path), str(Path(t.path).resolve())],
                        p_min=cfg.p_min if cfg.engine == "llama.cpp" else 0.0)
+
+
+def fitting_prompts(prompts: list[list[int]], max_new_tokens: int, max_model_len: int) -> list[list[int]]:
+    """The check prompts the server can answer whole (prompt and new tokens within its context); none is one line
+    naming the sizes, where the server would refuse every request and the check would compare nothing."""
+    fits = [p for p in prompts if len(p) + max_new_tokens <= max_model_len]
+    if not fits:
+        short = min(len(p) for p in prompts)
+        raise EaglewireError(f"--max-model-len {max_model_len}: every one of the {len(prompts)} check prompts needs more "
+                             f"(the shortest is {short} tokens, plus --max-new-tokens {max_new_tokens}): raise "
+                             "--max-model-len, lower --max-new-tokens, or pass --check-prompts 0")
+    if len(fits) < len(prompts):
+        print(f"note: {len(prompts) - len(fits)} of {len(prompts)} check prompts do not fit --max-model-len "
+              f"{max_model_len} with --max-new-tokens {max_new_tokens}; checking the other {len(fits)}",
+              file=sys.stderr)
+    return fits
+
+
+def failure_line(rep) -> str:
+    """What a failed live check found: nothing drafted (nothing compared), or acceptance that differs."""
+    bad = [c for c in rep.checks if not c.ok and c.level == "error"]
+    nothing = next((c for c in bad if c.name == "speculation"), None)
+    if nothing is not None:
+        return f"nothing compared: {nothing.detail}" + (f" ({nothing.fix})" if nothing.fix else "")
+    return "the served acceptance differs from eaglewire's (table above)"
 
 
 def _human(res: dict, rep) -> None:

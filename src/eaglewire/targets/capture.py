@@ -24,7 +24,10 @@ def decoder_stack(model) -> torch.nn.Module:
     ``model.model`` for every *ForCausalLM and the model itself for a bare
     decoder (both tested on every tiny architecture).
     """
-    return model.get_decoder()
+    dec = model.get_decoder()
+    if not hasattr(dec, "layers") and hasattr(getattr(dec, "model", None), "layers"):
+        return dec.model  # Llama-4's causal LM answers get_decoder() with itself
+    return dec
 
 
 def hook_module(model, point: Point) -> torch.nn.Module:

@@ -7,6 +7,7 @@ engines without loading anything.
 from __future__ import annotations
 
 import json
+import sys
 
 import typer
 
@@ -26,29 +27,38 @@ def run_inspect(cfg: InspectConfig) -> None:
     from eaglewire.targets.load import load_target
     from eaglewire.targets.points import eagle3_default, id_lists
 
-    t = load_target(cfg.target, device=resolve_device(cfg.device))
+    t = _config_only(cfg.target) or load_target(cfg.target, device=resolve_device(cfg.device))
     pts = eagle3_default(t.num_layers)
     ids = id_lists(pts, t.num_layers)
     res = {
         "target": cfg.target,
         "path": str(t.path),
-        "architecture": t.config.architectures[0] if t.config.architectures else type(t.model).__name__,
+        "architecture": t.arch,  # what the engines dispatch on (a wrapper's class)
+        "language_model": f"{type(t.model).__name__} ({t.config.model_type})",
         "model_type": t.config.model_type,
+        "layer_types": _layer_types(t.config, pts),
+        "engines": _engine_support(t.arch),
         "num_layers": t.num_layers,
         "hidden_size": t.hidden_size,
         "vocab_size": t.vocab_size,
         "num_parameters": sum(p.numel() for p in t.model.parameters()),
         "chat_template": bool(getattr(t.tokenizer, "chat_template", None)),
-        "chat_template_sha": chat_template_hash(t.tokenizer),
-        "eos_token_ids": t.eos_ids(),
+        "chat_template_sha": chat_template_hash(t.tokenizer) if t.tokenizer is not None else None,
+        "eos_token_ids": t.eos_ids() if t.tokenizer is not None else None,
+        "weights": t.tokenizer is not None or any(t.path.glob("*.safetensors")),
         "default_capture": {"names": ids["names"], "hf_index": ids["hf_index"], "sglang": ids["sglang"],
                             "vllm": ids["vllm"], "specforge": ids["specforge"], "speculators": ids["speculators"],
                             "sglang_deepseek": ids["sglang_deepseek"], "llama.cpp": ids["llama.cpp"]},
     }
 
     def human(r):
-        for k in ("target", "path", "architecture", "num_layers", "hidden_size", "vocab_size", "num_parameters", "chat_template"):
+        for k in ("target", "path", "architecture", "language_model", "num_layers", "hidden_size", "vocab_size",
+                  "num_parameters", "chat_template"):
             print(f"{k:>16}: {r[k]}")
+        for eng, e in r["engines"].items():
+            print(f"{eng:>16}: " + (e["refusal"] or f"EAGLE-3 capture {e['support']} for {r['architecture']}"))
+        if r["layer_types"]:
+            print(f"{'captured layers':>16}: " + ", ".join(f"{n} on {k}" for n, k in r["layer_types"].items()))
         dc = r["default_capture"]
         print("  EAGLE-3 default capture (physical name -> HF, SGLang, vLLM and llama.cpp ids; `eaglewire layers` "
               "for the others):")
@@ -58,6 +68,46 @@ def run_inspect(cfg: InspectConfig) -> None:
                   f"{_s(dc['llama.cpp'][i]):>11}")
 
     emit(res, cfg.json, human)
+
+
+def _config_only(source: str):
+    """A Target built on the meta device from config.json alone, when the directory holds no weights: a
+    published config (Kimi-K2.5's 1T parameters) is described without downloading a shard. None otherwise."""
+    import torch
+
+    import eaglewire.targets.families as families
+    from eaglewire.targets.load import Target, checked_target_dir, resolve_target_dir
+
+    if source.startswith("tiny:") or source == "default" or source.endswith(".gguf"):
+        return None
+    path = resolve_target_dir(source)
+    if any(path.glob("*.safetensors")) or any(path.glob("*.bin")):
+        return None
+    checked_target_dir(path)
+    with torch.device("meta"):
+        model = families.build_causal_lm(families.text_config(families.native_config(path)))
+    print(f"note: {path} holds no weights: described from config.json alone (no tokenizer, no chat template)",
+          file=sys.stderr)
+    return Target(source=source, path=path, model=model, tokenizer=None, serving_arch=families.serving_arch(path))
+
+
+def _engine_support(arch: str) -> dict[str, dict]:
+    """Per pinned engine, whether it can capture EAGLE-3 features from this class at all, and why not."""
+    from eaglewire.targets.points import PINNED
+    from eaglewire.targets.support import capture_refusal, capture_support
+
+    return {f"{e} {PINNED[e]}": {"support": capture_support(e, None, arch), "refusal": capture_refusal(e, None, arch)}
+            for e in ("sglang", "vllm")}
+
+
+def _layer_types(config, pts) -> dict[str, str]:
+    """{point: the kind of layer that writes it} on hybrid targets (Qwen3-Next, Qwen3.5: linear attention
+    between full-attention layers), so a reader sees which captured states come from linear-attention layers;
+    {} where every layer is of one kind."""
+    kinds = getattr(config, "layer_types", None) or []
+    if len(set(kinds)) < 2:
+        return {}
+    return {p.name: kinds[p.layer] for p in pts if p.kind == "layer" and p.layer < len(kinds)}
 
 
 def _s(v) -> str:
@@ -80,6 +130,8 @@ def run_layers(cfg: LayersConfig) -> None:
     sg = res["sglang"] if None not in res["sglang"] else None
     found = [version_differences(cfg.ids, eng, cfg.target_layers),
              sg and version_differences(sg, "sglang", cfg.target_layers)]
+    if cfg.arch:  # an engine that cannot capture from this class at all is named, whatever the ids say
+        found += [e["refusal"] for e in _engine_support(cfg.arch).values()]
     res["warnings"] = list(dict.fromkeys(w for w in found if w))
 
     def human(r):
@@ -105,6 +157,7 @@ def run_capture(cfg: CaptureConfig) -> None:
 
     from eaglewire.infra.device import resolve_device, resolve_dtype
     from eaglewire.targets.capture import capture
+    from eaglewire.targets.chat import apply_chat_template
     from eaglewire.targets.load import load_target
     from eaglewire.targets.points import id_lists, point_option
 
@@ -112,7 +165,7 @@ def run_capture(cfg: CaptureConfig) -> None:
     t = load_target(cfg.target, device=dev, dtype=resolve_dtype(cfg.dtype, dev))
     pts = point_option(cfg.points, t.num_layers)
     if cfg.chat:
-        ids = t.tokenizer.apply_chat_template([{"role": "user", "content": cfg.text}], add_generation_prompt=True,
+        ids = apply_chat_template(t.tokenizer, [{"role": "user", "content": cfg.text}], add_generation_prompt=True,
                                               return_dict=True)["input_ids"]
     else:
         ids = t.tokenizer(cfg.text)["input_ids"]

@@ -43,6 +43,9 @@ class TargetFingerprint:
     # The embedding rounded to bf16: independent of the dtype the target was loaded in
     # (fp32 here, bf16 on CUDA), so a dataset extracted on a GPU matches a CPU training run.
     embedding_sha_bf16: str | None = None
+    # The class engines dispatch on (a wrapper's: KimiK25ForConditionalGeneration), beside the language
+    # model's geometry above; records written before it existed have none and compare without it.
+    arch: str | None = None
     unknown: bool = False
     extra: dict = dataclasses.field(default_factory=dict)  # fields this version does not know, kept as read
 
@@ -57,7 +60,7 @@ class TargetFingerprint:
                    vocab_size=target.vocab_size, config_sha=short_sha(json.dumps(core, sort_keys=True).encode()),
                    tokenizer_sha=short_sha(vocab),
                    embedding_sha=short_sha(w.to(torch.float32).contiguous().numpy().tobytes()),
-                   embedding_sha_bf16=short_sha(emb16.numpy().tobytes()))
+                   embedding_sha_bf16=short_sha(emb16.numpy().tobytes()), arch=getattr(target, "arch", None))
 
     @classmethod
     def unknown_target(cls, num_layers: int | None = None, model_type: str | None = None) -> TargetFingerprint:
@@ -96,6 +99,7 @@ class TargetFingerprint:
             return []
         a, b = self.to_json(), other.to_json()
         skip = {"embedding_sha"} if a.get("embedding_sha_bf16") and b.get("embedding_sha_bf16") else {"embedding_sha_bf16"}
+        skip |= set() if a.get("arch") and b.get("arch") else {"arch"}
         return [k for k in sorted((set(a) | set(b)) - skip) if a.get(k) != b.get(k)]
 
     def describe_mismatch(self, other: TargetFingerprint) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from transformers import AutoConfig
 
+import eaglewire.targets.families as families
 from eaglewire.infra.atomic import read_json
 from eaglewire.infra.errors import EaglewireError
 
@@ -92,6 +93,9 @@ def check_target_config(d: Path) -> dict:
     if arch is not None and (not isinstance(arch, list) or not all(isinstance(a, str) for a in arch)):
         raise EaglewireError(f"{p}: field architectures = {str(arch)[:40]}: expected a list of class names")
     geometry(Fields(text_config(raw), str(p)))
+    if families.native_model_type(raw) is not None:  # built from the dict: an auto_map is never resolved
+        families.native_config(Path(d))
+        return raw
     try:  # what only transformers' own validation knows (rope parameters, per-architecture fields)
         AutoConfig.from_pretrained(Path(d), trust_remote_code=False)
     except Exception as e:  # noqa: BLE001  its errors come from anywhere inside it

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
+import eaglewire.targets.families as families
 from eaglewire.infra.atomic import atomic_dir
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.errors import EaglewireError
@@ -220,6 +221,12 @@ class Target:
     path: Path
     model: torch.nn.Module
     tokenizer: object
+    serving_arch: str = ""  # the class engines dispatch on (a wrapper's, not its language model's)
+
+    @property
+    def arch(self) -> str:
+        """The architecture engines read ids by: config.json's own class, else the loaded config's."""
+        return self.serving_arch or (self.config.architectures or [self.config.model_type])[0]
 
     @property
     def config(self):
@@ -279,14 +286,38 @@ def checked_dir(path: Path) -> Path:
     return path
 
 
+def checked_target_dir(path: Path) -> Path:
+    """`checked_dir` for eaglewire's own loading: a checkpoint whose family transformers implements natively
+    keeps its auto_map (Kimi-K2.5, Kimi-K2, DeepSeek-V3 ship one), because `families` builds its config and
+    classes from transformers alone and never imports the directory's code. Hand no such directory to
+    outside code (an engine, llama.cpp's converter): those go through `checked_dir`."""
+    raw = _json_or_none(Path(path) / "config.json")
+    if not isinstance(raw, dict) or families.native_model_type(raw) is None:
+        return checked_dir(path)
+    check_target_config(path)
+    check_tokenizer_config(path)
+    return path
+
+
+def _json_or_none(p: Path):
+    try:
+        return json.loads(p.read_text()) if p.is_file() else None
+    except (ValueError, OSError, RecursionError):
+        return None  # named by whoever reads it next
+
+
 def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                 attn_implementation: str = "sdpa") -> Target:
+    """The target's language model (a wrapper's, grafted: `families`), its tokenizer and serving class."""
     quiet_transformers()
-    path = checked_dir(resolve_target_dir(source))
+    path = checked_target_dir(resolve_target_dir(source))
+    cfg = families.native_config(path)
+    cls = families.model_class(cfg)
+    tok = load_tokenizer(source)
     try:
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation,
-                                                     trust_remote_code=False)
+        whole = cls.from_pretrained(path, config=cfg, dtype=dtype, trust_remote_code=False,
+                                    attn_implementation=families.attention_for(cls, attn_implementation))
+        model = families.language_model(whole)
     except EaglewireError:
         raise
     except Exception as e:  # noqa: BLE001  files from elsewhere fail anywhere inside transformers: one line, named
@@ -294,9 +325,7 @@ def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dt
     model.to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return Target(source=source, path=path, model=model, tokenizer=tok)
+    return Target(source=source, path=path, model=model, tokenizer=tok, serving_arch=families.serving_arch(path))
 
 
 def broken_weights(d: Path) -> str | None:
@@ -321,15 +350,33 @@ def load_tokenizer(source: str):
     """The target's tokenizer alone: what regeneration through a server needs (no weights in memory,
     and for a GGUF none written to disk either)."""
     quiet_transformers()
-    path = refuse_model_code(resolve_tokenizer_dir(source))
-    check_tokenizer_config(path)
+    path = checked_target_dir(resolve_tokenizer_dir(source))
     try:
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        tok = _native_tokenizer(path)
+    except EaglewireError:
+        raise
     except Exception as e:  # noqa: BLE001  a damaged tokenizer fails anywhere inside transformers
         raise EaglewireError(f"target {source!r}: cannot load the tokenizer in {path} ({type(e).__name__}: {e})") from e
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def _native_tokenizer(path: Path):
+    """The tokenizer through transformers' own classes. A tokenizer_config with auto_map (its own code) is read
+    from tokenizer.json alone, by the fast class, so its code is never resolved; without a tokenizer.json
+    (Kimi ships tiktoken.model and a tokenizer .py) there is nothing safe to read: one line says what to add."""
+    raw = _json_or_none(Path(path) / "tokenizer_config.json")
+    if not (isinstance(raw, dict) and raw.get("auto_map")):
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    if not (Path(path) / "tokenizer.json").is_file():
+        shipped = ", ".join(sorted(p.name for p in Path(path).iterdir() if p.suffix in (".model", ".tiktoken")))
+        raise EaglewireError(f"{path}: has custom code (auto_map in tokenizer_config.json); eaglewire never runs "
+                             f"model code, and there is no tokenizer.json to read instead{' of ' + shipped if shipped else ''}"
+                             ": add a tokenizer.json (transformers' fast tokenizer saved from it)")
+    print(f"note: {path}: tokenizer read from tokenizer.json; the code its tokenizer_config.json names "
+          "(auto_map) is not run", file=sys.stderr)
+    return PreTrainedTokenizerFast.from_pretrained(path, trust_remote_code=False)
 
 
 def load_head_weight(source: str) -> torch.Tensor:
@@ -341,24 +388,25 @@ def load_head_weight(source: str) -> torch.Tensor:
     d = resolve_target_dir(source)
     if broken := broken_weights(d):
         raise EaglewireError(f"target {source!r}: {broken}; download or copy it again")
-    files = sorted(d.glob("*.safetensors"))
-    for key in ("lm_head.weight", "model.embed_tokens.weight"):  # tied heads store only the embedding
-        for fp in files:
-            with safe_open(str(fp), framework="pt") as f:
-                if key in f.keys():
-                    return f.get_tensor(key).float()
-    raise EaglewireError(f"target {source!r}: no lm_head.weight or model.embed_tokens.weight in {d}/*.safetensors")
+    for name in ("lm_head.weight", "model.embed_tokens.weight"):  # tied heads store only the embedding
+        got = _read_tensors(d, {name: name})
+        if name in got:
+            return got[name].float()
+    raise EaglewireError(f"target {source!r}: no lm_head.weight or model.embed_tokens.weight (under any "
+                         f"wrapper's prefix) in {d}/*.safetensors")
 
 
 def _read_tensors(d: Path, wanted: dict[str, str]) -> dict[str, torch.Tensor]:
-    """{param name: tensor} for the checkpoint keys `wanted` ({param name: key}), read from d/*.safetensors."""
+    """{param name: tensor} for the text causal LM's names `wanted` ({param name: name}), read from
+    d/*.safetensors under the flat name or any wrapper's (`families.shard_names`), flat first."""
     got: dict[str, torch.Tensor] = {}
     for fp in sorted(d.glob("*.safetensors")):
         with safe_open(str(fp), framework="pt") as f:
             keys = set(f.keys())
             for name, key in wanted.items():
-                if key in keys and name not in got:
-                    got[name] = f.get_tensor(key)
+                hit = next((k for k in families.shard_names(key) if k in keys), None)
+                if hit is not None and name not in got:
+                    got[name] = f.get_tensor(hit)
     return got
 
 
@@ -373,11 +421,13 @@ def load_skeleton(source: str) -> Target:
     costs its embedding here, not its weights.
     """
     quiet_transformers()
-    path = checked_dir(resolve_target_dir(source))
+    path = checked_target_dir(resolve_target_dir(source))
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        config = families.text_config(families.native_config(path))
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=False)
+            model = families.build_causal_lm(config)
+    except EaglewireError:
+        raise
     except Exception as e:  # noqa: BLE001  as in load_target
         raise EaglewireError(f"target {source!r}: transformers cannot build {path} as a causal LM "
                              f"({type(e).__name__}: {e})") from e
@@ -396,4 +446,5 @@ def load_skeleton(source: str) -> Target:
         for n in keep:  # to_empty made new tensors: look each one up again
             model.get_parameter(n).copy_(got[n].float())
     model.eval()
-    return Target(source=source, path=path, model=model, tokenizer=load_tokenizer(source))
+    return Target(source=source, path=path, model=model, tokenizer=load_tokenizer(source),
+                  serving_arch=families.serving_arch(path))

@@ -41,8 +41,21 @@ SGLANG_FIRST_ID_ARCHS = frozenset({
     "MistralLarge3ForCausalLMEagle", "Glm5NextForConditionalGenerationNextN",
 })
 # ... and the HF model_type of those targets, for records that keep only the model_type.
-SGLANG_FIRST_ID_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k25",
+SGLANG_FIRST_ID_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k25", "kimi_k2",
                                          "glm4_moe_lite", "glm_moe_dsa"})
+# transformers' own class names for targets that are published, and dispatched on by the engines, under
+# another name (transformers writes `Kimi_K25ForConditionalGeneration`; the checkpoint and SGLang say
+# `KimiK25ForConditionalGeneration`): an id rule keyed on a class reads the published name.
+PUBLISHED_ARCH = {"Kimi_K25ForConditionalGeneration": "KimiK25ForConditionalGeneration"}
+
+# SGLang's gpt_oss.py, bisected over the PyPI wheels: from 0.5.17 a list whose largest id equals L is kept as
+# written (id v = input of layer v); otherwise the +1 holds. Only from 0.5.21 does its forward capture at the
+# end of the stack (value L = the last layer's output), so on 0.5.17-0.5.20 an id L (kept) or L-1 (+1) captures
+# nothing. (laguna.py, minimax_m3.py and nemotron_h.py capture there in 0.5.23 too; our rules refuse their last
+# layer, which is conservative.)
+SGLANG_LAST_ID_RULE_SINCE = "0.5.17"
+SGLANG_END_CAPTURE_SINCE = "0.5.21"
+SGLANG_LAST_ID_ARCHS = frozenset({"GptOssForCausalLM", "gpt_oss"})
 
 # Targets whose SGLang 0.5.23 class applies the +1 to its own default [2, L//2, L-3] as well, so
 # that a config without ids captures one layer deeper than everywhere else (minimax_m3_vl.py).
@@ -52,7 +65,7 @@ SGLANG_SHIFTED_DEFAULT_ARCHS = frozenset({"MiniMaxM3SparseForConditionalGenerati
 # for id 0 as `hidden_states + residual` while the residual is still None, so a server asked for id 0
 # (the embedding) dies at startup; Llama-style models add id 0 before the first layer and capture it.
 # Executed against the engine in tests/engines/test_vllm_capture.py.
-VLLM_NO_EMBED_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k25"})
+VLLM_NO_EMBED_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k25", "kimi_k2"})
 
 ENGINES = ("hf", "eagle", "sglang", "specforge", "vllm", "speculators", "llama.cpp")
 # The engine every option naming one defaults to (`--engine`, `layers --layers-from`) when the artifact
@@ -63,7 +76,9 @@ ENGINE_HELP = {
     "eagle": "official EAGLE-3 repository: HF index meaning, hard-coded [2, L//2, L-3]",
     "sglang": "SGLang: id i = output of layer i (it adds +1 and captures entering layer i+1); no embed, no last "
               "layer. From 0.5.13 on DeepSeek-V2/V3/V3.2, Kimi-K2.5, GLM-4-MoE-Lite, GLM-5 targets the +1 is added "
-              "only when the first id is 1; otherwise id i = input of layer i (= output of layer i-1)",
+              "only when the first id is 1; otherwise id i = input of layer i (= output of layer i-1). From 0.5.17 on "
+              "GPT-OSS a list whose largest id is L is kept as written (id i = input of layer i), and from 0.5.21 the last "
+              "layer's output is captured (id L-1, or L in such a list)",
     "specforge": "SpecForge: classic SGLang meaning (id i = output of layer i)",
     "vllm": "vLLM: id i = input of layer i (0 = embed, L = last layer's pre-norm output); ids are sorted and deduplicated",
     "speculators": "speculators: vLLM meaning",
@@ -212,6 +227,7 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 
 def first_id_family(arch: str | None) -> bool:
     """True when SGLang (>= 0.5.13) serves this target with the first-id-conditional +1."""
+    arch = PUBLISHED_ARCH.get(arch, arch)
     return bool(arch) and (arch in SGLANG_FIRST_ID_ARCHS or arch in SGLANG_FIRST_ID_MODEL_TYPES)
 
 
@@ -248,12 +264,16 @@ class Engine:
 
     @property
     def rule(self) -> str:
-        """'hf', 'vllm', 'sglang' (always +1) or 'sglang-first-id' (+1 only when the first id is 1)."""
+        """'hf', 'vllm', 'sglang' (always +1), 'sglang-first-id' (+1 only when the first id is 1) or
+        'sglang-last-id' (no +1 when the largest id is L)."""
         base = _ALIASES.get(self.name, self.name)
         if base != "sglang" or self.name == "specforge":
             return base
-        if _version_tuple(self.assumed_version) >= _version_tuple(SGLANG_FIRST_ID_RULE_SINCE) and first_id_family(self.arch):
+        v = _version_tuple(self.assumed_version)
+        if v >= _version_tuple(SGLANG_FIRST_ID_RULE_SINCE) and first_id_family(self.arch):
             return "sglang-first-id"
+        if v >= _version_tuple(SGLANG_LAST_ID_RULE_SINCE) and self.arch in SGLANG_LAST_ID_ARCHS:
+            return "sglang-last-id-end" if v >= _version_tuple(SGLANG_END_CAPTURE_SINCE) else "sglang-last-id"
         return "sglang"
 
     def label(self) -> str:
@@ -359,15 +379,39 @@ def _from_sglang_raw(i: int, L: int) -> Point | None:
     return layer_out(i - 1) if 1 <= i <= L - 1 else None
 
 
-_TO = {"hf": _to_hf, "vllm": _to_vllm, "sglang": _to_sglang, "sglang-raw": _to_sglang_raw, "llamacpp": _to_llamacpp}
+def _from_sglang_raw_last(i: int, L: int) -> Point | None:
+    """gpt_oss.py's list with L in it: kept as written, L captured after the last layer (end_layer)."""
+    return layer_out(i - 1) if 1 <= i <= L else None
+
+
+def _to_sglang_raw_last(p: Point, L: int) -> int | None:
+    return p.layer + 1 if p.kind == "layer" else None
+
+
+def _from_sglang_end(i: int, L: int) -> Point | None:
+    """The +1 with a capture at the end of the stack: id L-1 is the last layer's output."""
+    return layer_out(i) if 0 <= i <= L - 1 else None
+
+
+def _to_sglang_end(p: Point, L: int) -> int | None:
+    return p.layer if p.kind == "layer" else None
+
+
+_TO = {"hf": _to_hf, "vllm": _to_vllm, "sglang": _to_sglang, "sglang-raw": _to_sglang_raw, "llamacpp": _to_llamacpp,
+       "sglang-raw-last": _to_sglang_raw_last, "sglang-end": _to_sglang_end}
 _FROM = {"hf": _from_hf, "vllm": _from_vllm, "sglang": _from_sglang, "sglang-raw": _from_sglang_raw,
-         "llamacpp": _from_llamacpp}
+         "llamacpp": _from_llamacpp, "sglang-raw-last": _from_sglang_raw_last, "sglang-end": _from_sglang_end}
 
 
-def _list_rule(rule: str, ids: list[int]) -> str:
-    """The single-id rule a whole list is read with (SGLang's first-id condition)."""
+def _list_rule(rule: str, ids: list[int], num_layers: int) -> str:
+    """The single-id rule a whole list is read with (SGLang's first-id and last-id conditions)."""
     if rule == "sglang-first-id":
         return "sglang" if ids and ids[0] == 1 else "sglang-raw"
+    kept = bool(ids) and max(ids) == num_layers
+    if rule == "sglang-last-id":  # kept as written, but nothing captured at L yet
+        return "sglang-raw" if kept else "sglang"
+    if rule == "sglang-last-id-end":
+        return "sglang-raw-last" if kept else "sglang-end"
     return rule
 
 
@@ -384,7 +428,7 @@ def points_from_ids(ids: list[int], engine: str | Engine, num_layers: int, arch:
     """Physical points that `engine` captures for each of `ids` (in the order given); raises if it cannot."""
     eng = as_engine(engine, arch)
     ids = [_int_id(i) for i in ids]
-    rule = _list_rule(eng.rule, ids)
+    rule = _list_rule(eng.rule, ids, num_layers)
     out = []
     for i in ids:
         p = _FROM[rule](i, num_layers)
@@ -402,7 +446,7 @@ def id_meanings(ids: list[int], engine: str | Engine, num_layers: int, arch: str
     """Per id, the point `engine` captures for it within this list (None: nothing), never raising."""
     eng = as_engine(engine, arch)
     ids = [_int_id(i) for i in ids]
-    rule = _list_rule(eng.rule, ids)
+    rule = _list_rule(eng.rule, ids, num_layers)
     return [_FROM[rule](i, num_layers) for i in ids]
 
 
@@ -426,6 +470,10 @@ def ids_for_points(points: list[Point], engine: str | Engine, num_layers: int, a
     eng = as_engine(engine, arch)
     for p in points:
         check_point(p, num_layers)
+    if eng.rule == "sglang-last-id":  # the +1 ids; the last layer's output cannot be captured
+        return [_TO["sglang"](p, num_layers) for p in points]
+    if eng.rule == "sglang-last-id-end":  # the +1 ids, id L-1 captured at the end of the stack
+        return [_TO["sglang-end"](p, num_layers) for p in points]
     if eng.rule != "sglang-first-id":
         return [_TO[eng.rule](p, num_layers) for p in points]
     classic = [_TO["sglang"](p, num_layers) for p in points]

@@ -9,7 +9,10 @@ output rows over torch's intra-op threads, as the 1-row path already is.
 
 It is compiled on first use with torch's own extension machinery into the
 eaglewire cache, keyed by the source, the torch version and the CPU
-capability, and checked against ``F.linear`` before it is used. Without a
+capability, and checked against ``F.linear`` before it is used. A cached
+build is loaded only when it matches the record (`infra/buildcache.py`)
+written after its build passed that check: a `.so` cut short by a full disk or
+a killed build is rebuilt, never mapped (that was a SIGBUS with no message). Without a
 compiler, on a CPU without AVX2, on anything but fp32 CPU tensors, or with
 ``EAGLEWIRE_KERNELS=0``, :func:`smallm_kernel` returns None and callers keep
 the oneDNN / MKL path: nothing depends on the compiler being there.
@@ -29,6 +32,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from eaglewire.infra.buildcache import damage, seal
+from eaglewire.infra.locks import waiting_lock
 from eaglewire.targets.load import cache_dir
 
 MAX_ROWS = 16  # the kernel's row counts: 1..MAX_ROWS (a tree of 7 plus a lookup branch of 6 fits)
@@ -71,14 +76,32 @@ def kernel_key() -> str:
 
 
 def _build():
-    from torch.utils.cpp_extension import load  # imports setuptools: only when a kernel is wanted
-
+    """(the kernel module, why its self-check failed or None): loaded from the cache when its record says the cached
+    build is whole, else (re)built; the record is written only once a build has loaded and run."""
     key = kernel_key()
     build = cache_dir() / "kernels" / f"smallm-{key}"
     build.mkdir(parents=True, exist_ok=True)
     name = f"eaglewire_smallm_{key}"
+    with waiting_lock(build.parent / f".smallm-{key}.lock"):  # one builder; a killed one's flock goes with it
+        cached = any(build.glob(f"{name}*.so"))
+        if cached and (why := damage(build)) is not None:
+            print(f"[kernels] the cached kernel in {build} is not used ({why}); rebuilding it (~1 min)",
+                  file=sys.stderr)
+            shutil.rmtree(build)  # objects and ninja's records too: ninja would call a cut-short .so up to date
+            build.mkdir(parents=True)
+        (build / "lock").unlink(missing_ok=True)  # torch's own build lock, left by a killed build: we hold ours
+        mod = _load(build, name, announce=not cached)
+        why = _self_check(mod)
+        if damage(build) is not None:  # it loaded and ran: whole (a failed self-check falls back on every load)
+            seal(build, [Path(mod.__file__)])
+    return mod, why
+
+
+def _load(build: Path, name: str, announce: bool = True):
+    from torch.utils.cpp_extension import load  # imports setuptools: only when a kernel is wanted
+
     fresh = not any(build.glob(f"{name}*.so"))
-    if fresh:
+    if fresh and announce:
         print(f"[kernels] building the thin-matrix CPU kernel once (~1 min) into {build}", file=sys.stderr)
     t0 = time.perf_counter()
     path = os.environ.get("PATH", "")
@@ -117,8 +140,7 @@ def smallm_kernel():
     mod, why = None, unavailable_reason()
     if why is None:
         try:
-            mod = _build()
-            why = _self_check(mod)
+            mod, why = _build()
         except Exception as e:  # no toolchain, a failed compile: the oneDNN path stays
             why = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
         if why:

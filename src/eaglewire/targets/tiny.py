@@ -14,8 +14,10 @@ from pathlib import Path
 import torch
 import transformers as tf
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
+from transformers import GenerationConfig, PreTrainedTokenizerFast
 
+import eaglewire.targets.families as families
+import eaglewire.targets.tiny_families as tiny_families
 from eaglewire.infra.atomic import atomic_dir
 from eaglewire.infra.errors import EaglewireError
 
@@ -66,6 +68,7 @@ TEMPLATES = {
     "deepseek_v3": (["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"],
                     _DEEPSEEK, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
 }
+TEMPLATES.update(tiny_families.TEMPLATES)
 ARCHS = tuple(TEMPLATES)
 _BPE_VOCAB = 384
 
@@ -106,7 +109,7 @@ def _config(arch: str, vocab: int, bos_id, eos_id):
             n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
             kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
         )
-    raise AssertionError(arch)
+    return tiny_families.family_config(arch, vocab, bos_id, eos_id)
 
 
 def _init_weights(model) -> None:
@@ -137,11 +140,12 @@ def build_tiny(arch: str, out_dir: Path, **overrides) -> Path:
     for k, v in overrides.items():
         setattr(cfg, k, v)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, trust_remote_code=False)
+    model = families.model_class(cfg)._from_config(cfg, dtype=torch.float32)
     _init_weights(model)
     model.generation_config = GenerationConfig(bos_token_id=bos_id, eos_token_id=[eos_id], pad_token_id=eos_id)
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        tiny_families.publish_layout(arch, tmp)
         (tmp / "eaglewire_source.json").write_text(json.dumps({"kind": "tiny", "arch": arch, "version": TINY_VERSION}))
     return out_dir

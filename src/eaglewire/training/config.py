@@ -12,6 +12,15 @@ from eaglewire.targets.points import POINTS_HELP
 
 # the warm-start levels of eaglewire.drafter.warmstart (named here: that module loads torch)
 INITS = ("random", "head", "target")
+# Sizes are bounded before anything is allocated (one line naming the flag, never an allocator traceback).
+# The drafter's own bounds (drafter/config.py BOUNDS, restated here: importing it loads torch; a test keeps
+# them equal), and a TTT unroll far past any published one (EAGLE-3 trains 7 steps).
+MAX_DRAFTER_LAYERS = 64
+MAX_WIDTH = 10**7
+MAX_TTT_STEPS = 64
+MAX_SEED = 2**32 - 1  # the seed is scaled into torch generator seeds (64 bits)
+MAX_BATCH = 10**6
+MAX_LEN = 10**9  # the drafter's max_position_embeddings bound
 
 
 @dataclass
@@ -28,11 +37,11 @@ class TrainConfig:
     dtype: str = opt("auto", "--online: target compute dtype (auto: bf16 on CUDA, fp32 on CPU)",
                      choices=("auto", "fp32", "bf16", "fp16"))
     vocab_size: int = opt(0, "--online without vocab.safetensors in --data: draft vocab size, counted over the "
-                          "responses as `data vocab` does (0 = auto)", ge=0)
+                          "responses as `data vocab` does (0 = auto)", ge=0, le=MAX_WIDTH)
     max_steps: int = opt(0, "optimizer steps; 0 = --epochs full passes", ge=0)
     epochs: int = opt(1, "passes over the training split when --max-steps is 0", ge=1)
-    batch_size: int = opt(4, "samples per micro-batch per process", ge=1)
-    grad_accum: int = opt(1, "micro-batches per optimizer step", ge=1)
+    batch_size: int = opt(4, "samples per micro-batch per process", ge=1, le=MAX_BATCH)
+    grad_accum: int = opt(1, "micro-batches per optimizer step", ge=1, le=MAX_BATCH)
     lr: float = opt(3e-4, "peak learning rate (AdamW)", gt=0, le=1)
     min_lr_ratio: float = opt(0.1, "cosine floor as a fraction of --lr", ge=0, le=1)
     warmup_steps: int = opt(20, "linear warmup steps", ge=0)
@@ -40,19 +49,20 @@ class TrainConfig:
     beta1: float = opt(0.9, "AdamW beta1", ge=0, lt=1)
     beta2: float = opt(0.95, "AdamW beta2 (EAGLE-3 paper: 0.95)", ge=0, lt=1)
     grad_clip: float = opt(0.5, "max gradient norm (EAGLE-3 paper: 0.5)", gt=0)
-    ttt_steps: int = opt(7, "unrolled training-time-test steps", ge=1)
+    ttt_steps: int = opt(7, "unrolled training-time-test steps", ge=1, le=MAX_TTT_STEPS)
     ttt_decay: float = opt(0.8, "weight of step k is decay**k", gt=0, le=1)
     target_temperature: float = opt(1.0, "temperature of the target distribution the drafter learns "
                                     "(1 = forward KL to q; 0 = one-hot on the target's argmax)", ge=0)
     lk_weight: float = opt(0.0, "weight of the LK loss -log(sum min(p, q)) added to the KL (acceptance-aware, "
                            "arXiv 2602.23881); 0 = KL only", ge=0)
     max_len: int = opt(2048, "samples are truncated to this many tokens (2048: what `data` and `plan` size a "
-                       "sample to, so no stored feature goes untrained)", ge=3)
+                       "sample to, so no stored feature goes untrained)", ge=3, le=MAX_LEN)
     val_fraction: float = opt(0.05, "share of samples held out for validation", ge=0, lt=1)
-    seed: int = opt(0, "seed for init, split and order")
-    num_layers: int = opt(1, "drafter decoder layers (vLLM serves more than one; SGLang one)", ge=1)
+    seed: int = opt(0, "seed for init, split and order", ge=0, le=MAX_SEED)
+    num_layers: int = opt(1, "drafter decoder layers (vLLM serves more than one; SGLang one)", ge=1,
+                         le=MAX_DRAFTER_LAYERS)
     intermediate_size: int = opt(0, "drafter MLP width; 0 = the target's intermediate_size (both engines read it "
-                                 "from the exported config)", ge=0)
+                                 "from the exported config)", ge=0, le=MAX_WIDTH)
     feature_noise: float = opt(0.0, "training only: add uniform noise of +-this fraction of each token's per-slot "
                                "RMS to the target features (EAGLE's feature noise, made scale-free); 0 = off", ge=0)
     max_train_samples: int = opt(0, "train on a seeded subset of this many training-split samples (learning "

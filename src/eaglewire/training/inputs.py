@@ -20,3 +20,4 @@ class TrainInputs:
     target: Target | None  # for the drafter's init and the frozen head; dropped once those are taken
     vocab: DraftVocab
     prov: Provenance  # what the checkpoint records; training adds its config, metrics and split
+    identity: dict | None = None  # the dataset by content (training.identity), recorded in train.config.json

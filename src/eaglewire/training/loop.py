@@ -23,6 +23,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -44,6 +45,7 @@ from eaglewire.targets.capture import decoder_stack
 from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord
 from eaglewire.targets.load import load_target
 from eaglewire.training.config import TrainConfig
+from eaglewire.training.identity import check_ranks_agree, check_same_dataset, dataset_identity
 from eaglewire.training.inputs import TrainInputs
 from eaglewire.training.online_features import setup_online
 from eaglewire.training.runstate import MetricsLog, check_resume_config, load_run_state, save_state
@@ -108,11 +110,14 @@ def build_drafter(cfg: TrainConfig, target, manifest: Manifest, vocab_ids: torch
     if cfg.fc_norm and cfg.norm_before_fc:
         raise EaglewireError("--fc-norm and --norm-before-fc: two ways to normalise the fc input; choose one")
     names = manifest.point_names
-    dcfg = DrafterConfig.from_target_config(
-        target.config, draft_vocab_size=int(vocab_ids.numel()), num_aux=len(names),
-        num_layers=cfg.num_layers, norm_before_residual=cfg.norm_before_residual, fc_norm=cfg.fc_norm,
-        norm_before_fc=cfg.norm_before_fc, norm_output=cfg.norm_output,
-        **({"intermediate_size": cfg.intermediate_size} if cfg.intermediate_size else {}))
+    try:  # a size the drafter cannot take (the target's own, or an option's) is one line, not a traceback
+        dcfg = DrafterConfig.from_target_config(
+            target.config, draft_vocab_size=int(vocab_ids.numel()), num_aux=len(names),
+            num_layers=cfg.num_layers, norm_before_residual=cfg.norm_before_residual, fc_norm=cfg.fc_norm,
+            norm_before_fc=cfg.norm_before_fc, norm_output=cfg.norm_output,
+            **({"intermediate_size": cfg.intermediate_size} if cfg.intermediate_size else {}))
+    except ValueError as e:
+        raise EaglewireError(f"{cfg.data}: cannot build the drafter: {e}") from e
     model = Eagle3Drafter(dcfg)
     model.load_target_embedding(target.model.get_input_embeddings().weight.detach().float().cpu())
     model.set_draft_vocab(vocab_ids)
@@ -319,7 +324,7 @@ def _setup(cfg: TrainConfig, device):
                              f"and the manifest lists {len(man.points)} points")
     vocab = load_vocab(cfg.data)  # a missing one is an error that prints the `data vocab` command
     prov = Provenance(points=man.points, target=TargetRecord(source=source, fingerprint=mine),
-                      dataset={"path": str(cfg.data), "manifest_sha": manifest_hash(cfg.data)},
+                      dataset={"path": str(Path(cfg.data).resolve()), "manifest_sha": manifest_hash(cfg.data)},
                       chat_template_sha=man.chat_template_sha, vocab=man.vocab)
     return TrainInputs(ds, man, target, vocab, prov)
 
@@ -335,11 +340,16 @@ def run_train(cfg: TrainConfig) -> dict:
 
 
 def _run_train(cfg: TrainConfig, dd: Dist) -> dict:
+    recorded = None
     if cfg.resume:
-        check_resume_config(cfg)
+        recorded = check_resume_config(cfg)
     elif (cfg.out / "state").exists() or (cfg.out / "drafter").exists():
         raise EaglewireError(f"{cfg.out}: already holds a training run; pass --resume or choose a new --out")
     inputs = _setup(cfg, dd.device)
+    inputs.identity = dataset_identity(cfg.data, inputs)
+    check_ranks_agree(dd.gather(inputs.identity), cfg.data)
+    if cfg.resume and recorded is not None:  # nothing is written before this refusal
+        check_same_dataset(cfg.data, cfg.out, recorded, inputs.identity)
     run = _prepare(cfg, dd, inputs)
     val = _loop(run)
     model = unwrap(run.net)
@@ -397,7 +407,8 @@ def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
                                  f"{total} steps (the saved state is damaged, or --max-steps shrank)")
     if dd.main:
         cfg.out.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, cfg.out / "train.config.json", {"total_steps": total, "world_size": dd.world})
+        save_config(cfg, cfg.out / "train.config.json", {"total_steps": total, "world_size": dd.world,
+                                                         "dataset": inputs.identity})
     log = MetricsLog(cfg.out, cfg.ttt_steps, start if cfg.resume else None, dd.main)
     net = dd.wrap(CallThrough(model, ttt_forward))  # DDP under torchrun
     return Run(cfg=cfg, dd=dd, net=net, opt=opt, ds=ds, head_w=head_w, train_idx=train_idx, val_idx=val_idx, log=log,

@@ -147,7 +147,7 @@ def setup_online(cfg, device: torch.device) -> TrainInputs:
     vocab = _vocab(cfg, ds, target.vocab_size)
     prov = Provenance(points=man.points, target=man.target, chat_template_sha=man.chat_template_sha, vocab=man.vocab,
                       # no manifest: the responses file is the training data's identity
-                      dataset={"path": str(cfg.data), "manifest_sha": None, "online": True,
+                      dataset={"path": str(Path(cfg.data).resolve()), "manifest_sha": None, "online": True,
                                "responses_sha": file_sha256(cfg.data / RESPONSES)[:16],
                                "store_dtype": cfg.store_dtype, "dropped": man.dropped})
     return TrainInputs(ds, man, target, vocab, prov)

@@ -24,6 +24,8 @@ from eaglewire.infra.options import config_to_dict
 from eaglewire.training.config import TrainConfig
 
 RESUME_FREE = {"resume", "json", "device", "log_every"}  # options a resumed run may change
+# options naming what the run trains on: compared by the content they name (training.identity), not as written
+BY_CONTENT = {"data", "target", "points"}
 
 
 class MetricsLog:
@@ -115,9 +117,11 @@ def _same_path(old, new) -> bool:
         return False
 
 
-def check_resume_config(cfg: TrainConfig) -> None:
-    """A resumed run continues with the options it was started with; paths are compared as directories, and
-    --out is where the run is now (a moved run resumes)."""
+def check_resume_config(cfg: TrainConfig) -> dict | None:
+    """A resumed run continues with the options it was started with; --out is where the run is now (a moved
+    run resumes). Returns the recorded identity of the dataset the run started on (None in a run written
+    before it was recorded): --data, --target and --points are then compared by content
+    (`identity.check_same_dataset`), not here; without one, --data is compared as a directory."""
     p = cfg.out / "train.config.json"
     if not p.is_file():
         raise EaglewireError(f"{cfg.out}: --resume but no train.config.json there")
@@ -130,8 +134,11 @@ def check_resume_config(cfg: TrainConfig) -> None:
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     defaults = {n: f.default for n, f in fields.items() if f.default is not dataclasses.MISSING}
     paths = {n for n, f in fields.items() if "Path" in str(f.type)}
-    diff = [k for k in new if k not in RESUME_FREE | {"out"}
+    recorded = raw.get("dataset")
+    by_content = BY_CONTENT if recorded is not None else set()
+    diff = [k for k in new if k not in RESUME_FREE | {"out"} | by_content
             and not (_same_path if k in paths else lambda a, b: a == b)(old.get(k, defaults.get(k)), new[k])]
     if diff:
         raise EaglewireError(f"{cfg.out}: --resume with a changed config ({', '.join(f'{k}: {old.get(k)!r} -> {new[k]!r}' for k in diff)}); "
                              "start a new --out or resume with the original options")
+    return recorded

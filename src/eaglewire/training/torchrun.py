@@ -69,6 +69,14 @@ class Dist:
             return moved.to(t.device)
         return t
 
+    def gather(self, obj) -> list:
+        """`obj` of every rank, in rank order (every rank calls this); [obj] outside torchrun."""
+        if self.world == 1:
+            return [obj]
+        got: list = [None] * self.world
+        dist.all_gather_object(got, obj)
+        return got
+
     def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
         """DDP around `module` under torchrun (gradients averaged over ranks), `module` itself otherwise.
 

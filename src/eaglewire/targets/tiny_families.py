@@ -1,0 +1,174 @@
+"""Tiny random targets of the families people serve (`tiny:kimi_k25`, `tiny:gpt_oss`, ...).
+
+Each is built by transformers' own config class for its family, in the
+layout its published checkpoints have: wrappers keep the language model one
+level down under the published weight names and class names (Kimi-K2.5:
+`KimiK25ForConditionalGeneration`, `language_model.model.layers.*`, an
+`auto_map` to code that eaglewire must never import; Kimi-K2: `model_type:
+kimi_k2` with an `auto_map`), with the shape of the family's chat template
+(Kimi's `<|im_assistant|>assistant<|im_middle|>` with `<think>`, GPT-OSS's
+harmony), so loading, capture, loss masks and layer ids are exercised as on
+the real targets. Attention heads are 32 wide where the family allows, the
+smallest vLLM's CPU attention runs. Kimi-K2.5 keeps its real 61 layers, so
+the seeds' ids [2, 30, 58] name real layers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import transformers as tf
+from safetensors.torch import load_file, save_file
+
+_KIMI = (
+    "{% for m in messages %}{% if m['role'] == 'system' %}<|im_system|>system<|im_middle|>"
+    "{% elif m['role'] == 'user' %}<|im_user|>user<|im_middle|>"
+    "{% else %}<|im_assistant|>assistant<|im_middle|><think></think>{% endif %}{{ m['content'] }}<|im_end|>"
+    "{% endfor %}{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|><think></think>{% endif %}"
+)
+_HARMONY = (
+    "<|start|>system<|message|>Reasoning: low<|end|>{% for m in messages %}{% if m['role'] == 'assistant' %}"
+    "<|start|>assistant<|channel|>final<|message|>{{ m['content'] }}<|return|>"
+    "{% else %}<|start|>{{ m['role'] }}<|message|>{{ m['content'] }}<|end|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant<|channel|>final<|message|>{% endif %}"
+)
+_GEMMA = (
+    "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
+    "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+_LLAMA4 = (
+    "{{ bos_token }}{% for m in messages %}<|header_start|>{{ m['role'] }}<|header_end|>\n\n"
+    "{{ m['content'] }}<|eot|>{% endfor %}{% if add_generation_prompt %}<|header_start|>assistant<|header_end|>\n\n"
+    "{% endif %}"
+)
+_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+_KIMI_SPECIALS = ["[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>"]
+
+# arch -> (special tokens, chat template, bos, eos)
+TEMPLATES = {
+    "kimi_k25": (_KIMI_SPECIALS, _KIMI, "[BOS]", "<|im_end|>"),
+    "kimi_k2": (_KIMI_SPECIALS, _KIMI, "[BOS]", "<|im_end|>"),
+    "gpt_oss": (["<|endoftext|>", "<|start|>", "<|message|>", "<|channel|>", "<|end|>", "<|return|>"],
+                _HARMONY, None, "<|return|>"),
+    "gemma3": (["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"], _GEMMA, "<bos>", "<end_of_turn>"),
+    "llama4": (["<|begin_of_text|>", "<|header_start|>", "<|header_end|>", "<|eot|>"], _LLAMA4,
+               "<|begin_of_text|>", "<|eot|>"),
+    "qwen3_vl": (["<|endoftext|>", "<|im_start|>", "<|im_end|>"], _CHATML, None, "<|im_end|>"),
+    **{a: (["<|endoftext|>", "<|im_start|>", "<|im_end|>"], _CHATML, None, "<|im_end|>")
+       for a in ("qwen3_moe", "qwen3_next", "qwen3_5", "glm4_moe", "minimax_m2")},
+    "deepseek_v32": (["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"],
+                     "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}<｜User｜>{{ m['content'] }}"
+                     "{% else %}<｜Assistant｜>{{ m['content'] }}<｜end▁of▁sentence｜>{% endif %}{% endfor %}"
+                     "{% if add_generation_prompt %}<｜Assistant｜>{% endif %}",
+                     "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+}
+
+# The class each family is published and served as (what engines dispatch on, and `Target.arch` reads back).
+SERVED_AS = {"kimi_k25": "KimiK25ForConditionalGeneration", "kimi_k2": "DeepseekV3ForCausalLM",
+             "deepseek_v32": "DeepseekV32ForCausalLM", "gpt_oss": "GptOssForCausalLM",
+             "qwen3_moe": "Qwen3MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
+             "qwen3_5": "Qwen3_5ForConditionalGeneration", "glm4_moe": "Glm4MoeForCausalLM",
+             "minimax_m2": "MiniMaxM2ForCausalLM", "llama4": "Llama4ForConditionalGeneration",
+             "qwen3_vl": "Qwen3VLForConditionalGeneration", "gemma3": "Gemma3ForConditionalGeneration"}
+
+_TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_attention_heads=2,
+             num_key_value_heads=1, head_dim=32, max_position_embeddings=1024, rms_norm_eps=1e-6)
+_MLA = dict(moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+            first_k_dense_replace=1, n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=32,
+            qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=32, num_attention_heads=2, num_key_value_heads=2)
+_VISION = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+
+
+def _ids(vocab: int, bos_id, eos_id) -> dict:
+    return dict(vocab_size=vocab, bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=eos_id)
+
+
+def family_config(arch: str, vocab: int, bos_id, eos_id):
+    """The family's config through transformers' own class (wrappers: the text part under text_config)."""
+    ids = _ids(vocab, bos_id, eos_id)
+    if arch in ("kimi_k25", "kimi_k2"):
+        layers = 61 if arch == "kimi_k25" else 8  # Kimi-K2.5's real depth: the seeds' ids name real layers
+        text = {**{k: v for k, v in _TEXT.items() if k != "head_dim"}, **_MLA, **ids, "model_type": "deepseek_v3",
+                "num_hidden_layers": layers}
+        if arch == "kimi_k2":
+            return tf.DeepseekV3Config(**{k: v for k, v in text.items() if k != "model_type"},
+                                       tie_word_embeddings=False)
+        return tf.Kimi_K25Config(text_config=text, vision_config=_VISION, projection_hidden_size=32,
+                                 tie_word_embeddings=False, **ids)
+    if arch == "gpt_oss":
+        return tf.GptOssConfig(**{**_TEXT, "intermediate_size": 64}, **ids, num_local_experts=4,
+                               num_experts_per_tok=2, sliding_window=16)
+    if arch == "gemma3":
+        return tf.Gemma3Config(text_config={**_TEXT, **ids, "sliding_window": 16},
+                               vision_config={**_VISION, "image_size": 28, "patch_size": 14},
+                               mm_tokens_per_image=4, **ids)
+    if arch == "llama4":
+        text = {**_TEXT, **ids, "intermediate_size_mlp": 128, "num_local_experts": 4, "interleave_moe_layer_step": 2}
+        vision = {**_VISION, "image_size": 28, "patch_size": 14, "vision_output_dim": 32,
+                  "projector_input_dim": 32, "projector_output_dim": 64}
+        return tf.Llama4Config(text_config=text, vision_config=vision, **ids)
+    if arch == "qwen3_vl":
+        rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6], "mrope_interleaved": True}
+        vision = dict(hidden_size=32, depth=1, num_heads=2, intermediate_size=32, out_hidden_size=64,
+                      deepstack_visual_indexes=[0])
+        return tf.Qwen3VLConfig(text_config={**_TEXT, **ids, "rope_parameters": rope}, vision_config=vision, **ids)
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+    if arch == "qwen3_moe":
+        return tf.Qwen3MoeConfig(**_TEXT, **ids, **moe, decoder_sparse_step=1)
+    if arch == "qwen3_next":  # hybrid: linear attention with a full-attention layer every 4th
+        return tf.Qwen3NextConfig(**_TEXT, **ids, **moe, shared_expert_intermediate_size=32, full_attention_interval=4,
+                                  linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
+                                  linear_value_head_dim=16)
+    if arch == "qwen3_5":  # the published wrapper, hybrid text model one level down
+        text = {**_TEXT, **ids, "full_attention_interval": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 2,
+                "linear_key_head_dim": 16, "linear_value_head_dim": 16}
+        return tf.Qwen3_5Config(text_config=text, vision_config=dict(hidden_size=32, depth=1, num_heads=2,
+                                                                     intermediate_size=32, out_hidden_size=64), **ids)
+    if arch == "glm4_moe":
+        return tf.Glm4MoeConfig(**_TEXT, **ids, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1)
+    if arch == "minimax_m2":
+        return tf.MiniMaxM2Config(**{**_TEXT, "intermediate_size": 32}, **ids, num_local_experts=4,
+                                  num_experts_per_tok=2)
+    if arch == "deepseek_v32":  # index_topk below a sample's length: the indexer really selects
+        text = {**{k: v for k, v in _TEXT.items() if k != "head_dim"}, **_MLA, **ids}
+        return tf.DeepseekV32Config(**text, index_topk=8, index_n_heads=2, index_head_dim=32)
+    raise AssertionError(arch)
+
+
+# Published layouts transformers does not write itself: {arch: (architectures, model_type, key renames)}.
+_PUBLISHED = {
+    "kimi_k25": (["KimiK25ForConditionalGeneration"], "kimi_k25", [("language_model.model.blocks.",
+                                                                     "language_model.model.layers.")]),
+    "kimi_k2": (["DeepseekV3ForCausalLM"], "kimi_k2", []),
+}
+_AUTO_MAP = {"kimi_k25": {"AutoConfig": "configuration_kimi_k25.KimiK25Config",
+                          "AutoModel": "modeling_kimi_k25.KimiK25ForConditionalGeneration"},
+             "kimi_k2": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                         "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}}
+
+
+def publish_layout(arch: str, d: Path) -> None:
+    """Rewrite a saved tiny model into its family's published layout: class names, model_type, auto_map
+    (to files that are not there: eaglewire must never look them up) and the shards' weight names."""
+    if arch not in _PUBLISHED:
+        return
+    archs, model_type, renames = _PUBLISHED[arch]
+    cfg_path = Path(d) / "config.json"
+    raw = json.loads(cfg_path.read_text())
+    raw.update(architectures=archs, model_type=model_type, auto_map=_AUTO_MAP[arch])
+    if isinstance(raw.get("text_config"), dict):
+        raw["text_config"]["model_type"] = "kimi_k2"  # as published: transformers reads it as deepseek_v3
+    cfg_path.write_text(json.dumps(raw, indent=2))
+    for fp in sorted(Path(d).glob("*.safetensors")):
+        tensors = load_file(str(fp))
+        renamed = {}
+        for k, v in tensors.items():
+            for old, new in renames:
+                k = k.replace(old, new)
+            renamed[k] = v
+        save_file(renamed, str(fp), metadata={"format": "pt"})
