@@ -11,11 +11,11 @@ from `decode(ids, max_new_tokens) -> (output_ids, accepted drafts per verify rou
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from eaglewire.engines.sglang import GENERATE_ROUTE, META_FIELDS, SERVER_INFO_ROUTES
+from eaglewire_testing.fake_vllm import LocalServer
 
 DONE, VERIFY_CT, CORRECT, HIST = META_FIELDS
 _UNSET = object()
@@ -55,7 +55,7 @@ def rounds_of(engine, depth: int) -> Callable[[list[int], int], tuple[list[int],
     return decode
 
 
-class FakeSglang:
+class FakeSglang(LocalServer):
     def __init__(self, decode=None, depth: int = 3, info=_UNSET, meta: Callable[[dict], dict] | None = None,
                  model: str = "m"):
         self.decode = decode or (lambda ids, n: ([1, 2, 3, 4], [2]))
@@ -92,22 +92,4 @@ class FakeSglang:
             def log_message(self, *a):
                 pass
 
-        class Quiet(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request, client_address):  # the client hung up (a deadline): expected
-                pass
-
-        self.httpd = Quiet(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def __enter__(self) -> FakeSglang:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        self.serve(Handler)

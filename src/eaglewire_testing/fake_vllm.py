@@ -32,7 +32,33 @@ def models(*ids: str, root: str | None = None) -> dict:
     return {"object": "list", "data": [{"id": i, "object": "model", "owned_by": "vllm", "root": root or i} for i in ids]}
 
 
-class FakeVllm:
+class _Quiet(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):  # the client hung up (a deadline): expected
+        pass
+
+
+class LocalServer:
+    """A stand-in server on a free loopback port, in a daemon thread: `serve(Handler)`, then `url`."""
+
+    def serve(self, handler) -> None:
+        self.httpd = _Quiet(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class FakeVllm(LocalServer):
     def __init__(self, served=None, version=None, metrics=None, token_ids=None, trickle_s: float = 0.0):
         self.served = models("m") if served is None else served  # the /v1/models reply
         self.version = {"version": "0.32.0"} if version is None else version  # the /version reply
@@ -74,22 +100,4 @@ class FakeVllm:
             def log_message(self, *a):
                 pass
 
-        class Quiet(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request, client_address):  # the client hung up (a deadline): expected
-                pass
-
-        self.httpd = Quiet(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def __enter__(self) -> FakeVllm:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        self.serve(Handler)

@@ -151,5 +151,8 @@ def test_the_stand_ins_routes_and_fields_are_sglang_0_5_23s():
     spec_fields = src["sglang/srt/arg_groups/fields/spec.py"]
     for k in sglang.SPEC_SETTINGS:
         assert re.search(rf"^\s+{k}: ", spec_fields, re.M), k
-    for k in ("input_ids", "sampling_params"):
+    body = sglang.generate_body([1], 1)
+    for k in body:
         assert re.search(rf"^\s+{k}: ", src["sglang/srt/managers/io_struct.py"], re.M), k
+    for k in body["sampling_params"]:
+        assert re.search(rf"^\s+{k}: ", src["sglang/srt/sampling/sampling_params.py"], re.M), k

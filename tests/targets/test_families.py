@@ -20,19 +20,13 @@ from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.capture import capture, decoder_stack
 from eaglewire.targets.load import load_head_weight, load_skeleton, load_target, resolve_target_dir
 from eaglewire.targets.points import Engine, Point, points_from_ids
-from eaglewire.targets.tiny_families import TEMPLATES
+from eaglewire.targets.tiny_families import SERVED_AS, TEMPLATES
 
 FAMILIES = sorted(TEMPLATES)
 # The class transformers itself builds the whole published checkpoint with (the independent reference).
 REFERENCE = {"kimi_k25": tf.Kimi_K25ForConditionalGeneration, "gemma3": tf.Gemma3ForConditionalGeneration,
              "llama4": tf.Llama4ForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,
              "gpt_oss": tf.GptOssForCausalLM, "qwen3_5": tf.Qwen3_5ForConditionalGeneration}
-SERVED_AS = {"kimi_k25": "KimiK25ForConditionalGeneration", "kimi_k2": "DeepseekV3ForCausalLM",
-             "gemma3": "Gemma3ForConditionalGeneration", "llama4": "Llama4ForConditionalGeneration",
-             "qwen3_vl": "Qwen3VLForConditionalGeneration", "gpt_oss": "GptOssForCausalLM",
-             "qwen3_moe": "Qwen3MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
-             "qwen3_5": "Qwen3_5ForConditionalGeneration", "glm4_moe": "Glm4MoeForCausalLM",
-             "minimax_m2": "MiniMaxM2ForCausalLM", "deepseek_v32": "DeepseekV32ForCausalLM"}
 DEPTH = {"kimi_k25": 61}
 
 

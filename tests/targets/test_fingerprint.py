@@ -37,7 +37,8 @@ def test_round_trip_through_json_keeps_every_field(tiny_targets):
     raw = json.loads(json.dumps(fp.to_json()))
     assert TargetFingerprint.from_json(raw) == fp
     assert set(raw) == {"num_layers", "model_type", "hidden_size", "vocab_size", "config_sha", "tokenizer_sha",
-                        "embedding_sha", "embedding_sha_bf16"}
+                        "embedding_sha", "embedding_sha_bf16", "arch"}
+    assert raw["arch"] == "Qwen3ForCausalLM"  # the class engines dispatch on, beside the geometry
 
 
 @pytest.mark.parametrize("raw", ["unknown", None, {"num_layers": 8, "unknown": True}, {"num_layers": 8, "test": True}])

@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
-
 from eaglewire.infra.errors import EaglewireError
 
 # the configs through which transformers resolves classes (AutoConfig, AutoTokenizer, AutoProcessor, ...)
@@ -57,6 +55,10 @@ def _tokenizer_classes(name: str, raw: dict) -> list[str]:
 
 def native_tokenizer(name: str) -> bool:
     """Whether transformers implements tokenizer class `name` itself (the lookup AutoTokenizer makes)."""
+    from transformers.models.auto import tokenization_auto  # lazy: the CLI imports no torch
+
+    tokenizer_class_from_name = tokenization_auto.tokenizer_class_from_name
+
     if not name.isidentifier():
         return False
     try:
