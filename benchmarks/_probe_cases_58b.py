@@ -106,9 +106,9 @@ def _demo_while_locked(w: World, d: Path, args) -> Res:
 
 def _vllm_export(w: World, d: Path, model=None) -> Path:
     """A vLLM export of `model` (default: the world's random checkpoint) as another tool would hand it over."""
-    from eaglewire.export.checkpoint import save_checkpoint
     from eaglewire.export.config import ExportConfig
     from eaglewire.export.exporter import run_export
+    from eaglewire.saved.checkpoint import save_checkpoint
     from eaglewire.targets.points import eagle3_default
     from eaglewire_testing.export_helpers import L, provenance
 
@@ -162,7 +162,7 @@ def _duplicate_model():
 
 def _export_duplicate(fmt: str):
     def prep(w: World, d: Path) -> list:
-        from eaglewire.export.checkpoint import save_checkpoint
+        from eaglewire.saved.checkpoint import save_checkpoint
         from eaglewire.targets.points import eagle3_default
         from eaglewire_testing.export_helpers import L, provenance
 

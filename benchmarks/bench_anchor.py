@@ -55,7 +55,7 @@ from bench_heldout import categories, load_head_and_tokenizer, score  # noqa: E4
 
 from eaglewire.data.dataset import FeatureDataset  # noqa: E402
 from eaglewire.data.vocab import load_vocab  # noqa: E402
-from eaglewire.export.checkpoint import read_provenance  # noqa: E402
+from eaglewire.saved.checkpoint import read_provenance  # noqa: E402
 from eaglewire.targets.load import load_target, resolve_target_dir  # noqa: E402
 from eaglewire.targets.points import Point  # noqa: E402
 from eaglewire.training.loop import split_indices  # noqa: E402

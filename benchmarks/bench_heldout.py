@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.doctor.acceptance import chain_stats
+from eaglewire.decoding.acceptance import chain_stats
 from eaglewire.doctor.heldout import per_category, shipped_categories
-from eaglewire.export.checkpoint import load_checkpoint
+from eaglewire.saved.checkpoint import load_checkpoint
 
 
 def categories(heldout: Path, ds: FeatureDataset, tokenizer) -> list[str]:

@@ -63,10 +63,10 @@ from eaglewire.decoding.run import encode_prompt_file
 from eaglewire.engines.llama_env import find_server
 from eaglewire.engines.llama_server import LlamaServer, LlamaSpec, complete
 from eaglewire.engines.vllm_server import free_port, http_json
-from eaglewire.export.checkpoint import read_provenance, resolve_dir
 from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
 from eaglewire.export.gguf import GGUF_TYPES, target_gguf
+from eaglewire.saved.checkpoint import read_provenance, resolve_dir
 from eaglewire.targets.load import load_target
 
 TARGET_TYPES = (*GGUF_TYPES, "q4_1")  # q4_1: the shipped default GGUF, as users run it

@@ -27,8 +27,8 @@ from eaglewire.data.jsonl import read_jsonl
 from eaglewire.data.lossmask import render_with_mask
 from eaglewire.data.pipeline import run_build
 from eaglewire.data.turns import HELDOUT_FOLLOW_UPS
-from eaglewire.doctor.acceptance import chain_stats
-from eaglewire.export.checkpoint import load_checkpoint, resolve_dir
+from eaglewire.decoding.acceptance import chain_stats
+from eaglewire.saved.checkpoint import load_checkpoint, resolve_dir
 from eaglewire.targets.load import load_target
 
 

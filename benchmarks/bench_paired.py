@@ -3,7 +3,7 @@
 Each drafter is scored as `doctor drafter --depth 3` scores it (chain, ungated, 1 + accepted per round
 as vLLM counts it) on a held-out dataset holding ITS capture points; both datasets must hold the
 target's answers to the same prompts (the same `responses.jsonl`, extracted at each drafter's points).
-The 95% interval resamples answers jointly (doctor/acceptance.paired_interval): a shared answer's
+The 95% interval resamples answers jointly (decoding/acceptance.paired_interval): a shared answer's
 difficulty cancels, so a difference of ~0.02 is resolved where the two separate intervals overlap.
 
 Usage: python benchmarks/bench_paired.py --a runs/anchor/ours --a-heldout runs/q/heldout \
@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.doctor.acceptance import chain_stats, paired_interval
-from eaglewire.export.checkpoint import load_checkpoint, resolve_dir
+from eaglewire.decoding.acceptance import chain_stats, paired_interval
+from eaglewire.saved.checkpoint import load_checkpoint, resolve_dir
 from eaglewire.targets.load import load_target
 
 

@@ -31,9 +31,9 @@ from eaglewire.engines.vllm_server import (  # noqa: E402
     free_port,
     served_model,
 )
-from eaglewire.export.checkpoint import read_provenance, resolve_dir  # noqa: E402
 from eaglewire.export.config import ExportConfig  # noqa: E402
 from eaglewire.export.exporter import run_export  # noqa: E402
+from eaglewire.saved.checkpoint import read_provenance, resolve_dir  # noqa: E402
 from eaglewire.targets.load import load_target, resolve_target_dir  # noqa: E402
 
 

@@ -145,9 +145,10 @@ def test_old_config_keys_through_the_cli_and_flags_win(tmp_path):
 def test_a_value_outside_choices_gets_a_did_you_mean():
     from eaglewire.plan.config import PlanConfig
 
-    with pytest.raises(EaglewireError, match=r"^--device 'cdua': expected one of auto, cpu, cuda; did you mean 'cuda'\?$"):
+    choices = "auto, cpu, cuda, h100, h200, b200, a100, a100-40gb, l40s, mi300x"  # plan names GPUs (issue 57)
+    with pytest.raises(EaglewireError, match=rf"^--device 'cdua': expected one of {choices}; did you mean 'cuda'\?$"):
         check_ranges(PlanConfig(device="cdua"))
-    with pytest.raises(EaglewireError, match=r"^--device 'mps': expected one of auto, cpu, cuda$"):  # nothing close
+    with pytest.raises(EaglewireError, match=rf"^--device 'mps': expected one of {choices}$"):  # nothing close
         check_ranges(PlanConfig(device="mps"))
     r = run_cli("train", "--data", "d", "--out", "o", "--init", "haed")
     assert r.returncode == 2 and "--init 'haed': expected one of random, head, target; did you mean 'head'?" in r.stderr

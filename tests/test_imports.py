@@ -1,5 +1,8 @@
 """The house rules of `src/eaglewire`, read from its imports (AST, nothing imported).
 
+- a room imports only rooms above it in the README's Layout list (the order is read from the README, so the two
+  cannot drift), and each room's `__init__` docstring says what it owns and which rooms it may import, exactly
+  the rooms it does import;
 - no import cycle between top-level folders (a room depends on rooms below it only);
 - no module imports another module's private (`_name`) names;
 - nothing outside a `cli.py` imports a `cli.py` (commands are entry points, not libraries);
@@ -10,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -28,7 +32,8 @@ MODULES = {_module(p): p for p in sorted(SRC.rglob("*.py"))}
 
 def _room(mod: str) -> str:
     parts = mod.split(".")
-    return parts[1] if len(parts) > 2 else "(top)"  # eaglewire.cli, eaglewire.flags_doc: the top room
+    package = len(parts) == 2 and MODULES.get(mod, SRC).name == "__init__.py"  # `from eaglewire.drafter import X`
+    return parts[1] if len(parts) > 2 or package else "(top)"  # eaglewire.cli, eaglewire.flags_doc: the top room
 
 
 def _parents(tree: ast.AST) -> dict:
@@ -163,3 +168,52 @@ def test_the_lowest_rooms_import_no_pipeline_stage(room):
     """The target and the drafter model are what every stage builds on: they import none of the stages."""
     stages = {"data", "training", "decoding", "doctor", "export", "serve", "demo", "plan", "engines"}
     assert not (_edges(_room).get(room, set()) & stages)
+
+
+README = SRC.parents[1] / "README.md"
+TOP = "(top)"
+
+
+def _readme_order(text: str) -> list[str]:
+    """The rooms of the README's Layout block, top of the list first (`cli.py` and `flags_doc.py`: the top room)."""
+    block = text.split("```\nsrc/eaglewire/\n", 1)[1].split("```", 1)[0]
+    rooms = [line.split("/")[0].strip() for line in block.splitlines() if re.match(r"  \w+/ ", line)]
+    return rooms + [TOP]
+
+
+ORDER = _readme_order(README.read_text())
+
+
+def _upward(edges: dict[str, set[str]], order: list[str]) -> list[str]:
+    """Each import from a room to a room below it in `order` (a later one), or to a room the order does not name."""
+    return [f"{a} -> {b}" for a, bs in sorted(edges.items()) for b in sorted(bs)
+            if a not in order or b not in order or order.index(b) > order.index(a)]
+
+
+def test_the_readme_names_every_room_once():
+    rooms = sorted(p.parent.name for p in SRC.glob("*/__init__.py"))
+    assert sorted(ORDER[:-1]) == rooms and len(set(ORDER)) == len(ORDER)
+
+
+def test_the_order_check_sees_an_upward_import():
+    assert _upward({"b": {"a"}}, ["a", "b"]) == []
+    assert _upward({"a": {"b"}, "b": {"c"}}, ["a", "b"]) == ["a -> b", "b -> c"]
+
+
+def test_a_room_imports_only_rooms_above_it_in_the_readme():
+    """The house can be read from the bottom up: each room is understood from the rooms above it alone."""
+    assert _upward(_edges(_room), ORDER) == []
+
+
+def _may_import(doc: str) -> set[str]:
+    m = re.search(r"^May import: (.+?)\.?$", doc, re.M)
+    assert m, "no 'May import: ...' line"
+    named = m.group(1).strip()
+    return set() if named.startswith("nothing") else {r.strip() for r in named.split(",")}
+
+
+@pytest.mark.parametrize("room", ORDER[:-1])
+def test_each_room_says_what_it_owns_and_may_import(room):
+    doc = ast.get_docstring(ast.parse((SRC / room / "__init__.py").read_text())) or ""
+    assert doc.strip() and len(doc.splitlines()[0]) > 20, f"{room}/__init__.py: no docstring saying what it owns"
+    assert _may_import(doc) == _edges(_room).get(room, set()) - {TOP}, f"{room}/__init__.py: its 'May import' line"

@@ -232,3 +232,16 @@ def test_the_readme_scaling_recipe_runs_on_a_tiny_target(tmp_path, monkeypatch):
             assert r.returncode == 0, f"{line}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
     assert (tmp_path / "runs/train/drafter/config.json").is_file()
     assert json.loads((tmp_path / "runs/train/train.config.json").read_text())["config"]["lr"] == 1e-4  # the recipe
+
+
+def test_the_readme_layers_sample_is_the_real_output():
+    """Before: the sample had no llama.cpp column and an elided, garbled warning ('sglang < 0.5.13 on most targets,
+    sglang < 0.5.13 on DeepSeek-family targets, ...'): the block after `$ eaglewire layers ...` is compared whole."""
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"```bash\n\$ eaglewire (layers [^\n]*)\n(.*?)```", text, re.S)
+    assert m, "README.md: the `$ eaglewire layers ...` sample is missing"
+    r = run_cli(*shlex.split(m.group(1)))
+    assert r.returncode == 0, r.stderr
+    assert m.group(2) == r.stdout + r.stderr, "README.md's layers sample is stale: paste the command's output"
+    out = r.stdout + r.stderr
+    assert out.count("SGLang < 0.5.13") == 1 and "(any target)" in out and "llama.cpp" in out.splitlines()[1]

@@ -57,8 +57,10 @@ def main() -> None:
     previous = signal.signal(signal.SIGINT, _on_sigint) if main_thread else None
     try:
         app()
-    except SystemExit:
-        if _interrupted:  # click turned Ctrl-C into "Aborted!" + exit 1, after every `finally` ran
+    except SystemExit as e:
+        # click turned Ctrl-C into "Aborted!" + exit 1, after every `finally` ran; exit 0: the command stopped on
+        # Ctrl-C as its normal end (`serve`) and said so itself
+        if _interrupted and e.code not in (0, None):
             _exit_interrupted()
         raise
     except EaglewireError as e:

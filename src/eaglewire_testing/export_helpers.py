@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-from eaglewire.export.checkpoint import save_checkpoint
-from eaglewire.export.provenance import Provenance
+from eaglewire.saved.checkpoint import save_checkpoint
+from eaglewire.saved.provenance import Provenance
 from eaglewire.targets.points import eagle3_default
 
 L = 8  # target layers: default capture = layers.1.out, layers.3.out, layers.4.out

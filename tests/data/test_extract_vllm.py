@@ -185,3 +185,43 @@ def test_print_command_is_the_upstream_connector_with_parallel_flags(tmp_path):
     assert note.startswith("# ") and "--host" in note and "trusted network" in note
     assert "--tensor-parallel-size 8" in cmd and "--enable-expert-parallel" in cmd
     assert "ExampleHiddenStatesConnector" in cmd and "[2, 4, 5, 8]" in cmd
+
+
+def test_linear_attention_runs_bf16_on_vllms_cpu_build_and_another_dtype_is_refused_before_a_start():
+    """vLLM 0.32's CPU GDN kernel asserts bf16 on the first request (after minutes of startup): auto picks bf16
+    for a target with linear-attention layers, fp32 is one line up front; plain targets and GPU builds unchanged."""
+    from eaglewire.data.extract_vllm import _vllm_dtype
+    from eaglewire.targets.load import resolve_target_dir
+
+    hybrid, plain = resolve_target_dir("tiny:qwen3_next"), resolve_target_dir("tiny:llama")
+    assert _vllm_dtype("auto", True, hybrid) == "bfloat16" and _vllm_dtype("bf16", True, hybrid) == "bfloat16"
+    assert _vllm_dtype("auto", True, plain) == "float32" and _vllm_dtype("auto", False, hybrid) == "auto"
+    assert _vllm_dtype("fp32", False, hybrid) == "float32"
+    with pytest.raises(EaglewireError) as e:
+        _vllm_dtype("fp32", True, hybrid)
+    assert str(e.value) == (f"--dtype fp32: vLLM 0.32.0's CPU build runs the linear attention of {hybrid} in bf16 "
+                            "only ('CPU GDN attention requires BF16.'); use --dtype bf16")
+
+
+def test_what_stops_vllm_at_startup_is_said_before_starting_it(tmp_path):
+    """A venv without torchvision cannot import the Qwen3-VL/Qwen3.5/Llama-4 model files; Kimi-K2.5's image
+    processor is loaded at startup. The real engine's refusals: tests/engines/test_vllm_capture.py."""
+    import shutil
+
+    from eaglewire.engines.vllm_env import startup_refusal
+    from eaglewire.targets.load import resolve_target_dir
+
+    bare = tmp_path / "python"  # a Python that finds no module
+    bare.write_text("#!/bin/sh\nexit 1\n")
+    bare.chmod(0o755)
+    vl = resolve_target_dir("tiny:qwen3_vl")
+    assert "cannot run Qwen3VLForConditionalGeneration: its model file imports torchvision" in startup_refusal(
+        bare, vl, "Qwen3VLForConditionalGeneration")
+    assert startup_refusal(bare, vl, "Qwen3MoeForCausalLM") is None
+    kimi = tmp_path / "kimi"
+    shutil.copytree(resolve_target_dir("tiny:kimi_k25"), kimi)
+    assert startup_refusal(bare, kimi, "KimiK25ForConditionalGeneration") == (
+        f"{kimi}: vLLM 0.32.0 loads the image processor of KimiK25ForConditionalGeneration at startup, and there "
+        "is no preprocessor_config.json (copy the checkpoint's)")
+    (kimi / "preprocessor_config.json").write_text("{}")
+    assert startup_refusal(bare, kimi, "KimiK25ForConditionalGeneration") is None

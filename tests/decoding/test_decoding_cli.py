@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from conftest import random_drafter
 from eaglewire.cli import app
 from eaglewire.decoding.compat import load_drafter_for
-from eaglewire.export.checkpoint import save_checkpoint
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import save_checkpoint
 from eaglewire.targets.fingerprint import TargetFingerprint, chat_template_hash
 from eaglewire.targets.points import eagle3_default
 from eaglewire_testing.export_helpers import provenance

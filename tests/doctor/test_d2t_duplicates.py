@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eaglewire.doctor.drafter import doctor_drafter
-from eaglewire.export.checkpoint import load_checkpoint
+from eaglewire.saved.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.unit
 

@@ -12,9 +12,9 @@ import torch
 from eaglewire.doctor.dataset import doctor_dataset
 from eaglewire.doctor.drafter import doctor_drafter
 from eaglewire.doctor.engine_config import doctor_config
-from eaglewire.export.checkpoint import load_checkpoint, read_provenance
 from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import load_checkpoint, read_provenance
 from eaglewire.targets.fingerprint import chat_template_hash
 
 L = 8  # tiny targets
@@ -274,7 +274,7 @@ def test_offline_rounds_are_replayed_like_a_greedy_server():
     """Rounds start at the first answer position and hop over what was accepted plus the bonus token."""
     import torch
 
-    from eaglewire.doctor.acceptance import decode_rounds
+    from eaglewire.decoding.acceptance import decode_rounds
     from eaglewire.doctor.live import Acceptance
 
     acc = Acceptance(accepted_per_pos=[0, 0])

@@ -8,8 +8,8 @@ from eaglewire.data.extract import ExtractSettings, extract
 from eaglewire.doctor.dataset import doctor_dataset
 from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
-from eaglewire.export.checkpoint import save_checkpoint
 from eaglewire.infra.atomic import write_json_atomic
+from eaglewire.saved.checkpoint import save_checkpoint
 from eaglewire_testing.export_helpers import provenance
 
 pytestmark = pytest.mark.slow

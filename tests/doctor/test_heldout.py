@@ -6,7 +6,7 @@ import torch
 
 from eaglewire.data.heldout import heldout_prompts_path
 from eaglewire.data.jsonl import read_jsonl
-from eaglewire.doctor.acceptance import chain_stats
+from eaglewire.decoding.acceptance import chain_stats
 from eaglewire.doctor.heldout import per_category, shipped_categories
 
 
@@ -38,7 +38,7 @@ def test_categories_come_back_from_the_tokens_and_other_prompts_give_none(tiny_t
 
 def test_per_category_is_chain_stats_on_each_categorys_samples(tiny_drafter, tiny_targets):
     from eaglewire.data.dataset import FeatureDataset
-    from eaglewire.export.checkpoint import load_checkpoint
+    from eaglewire.saved.checkpoint import load_checkpoint
 
     ckpt, data = tiny_drafter
     model, _ = load_checkpoint(ckpt)

@@ -1,7 +1,7 @@
 """doctor online: our engine's inference features equal training features; a shifted wiring is named."""
 
 from eaglewire.doctor.inference import doctor_online
-from eaglewire.export.checkpoint import load_checkpoint
+from eaglewire.saved.checkpoint import load_checkpoint
 from eaglewire.targets.points import points_from_ids
 
 

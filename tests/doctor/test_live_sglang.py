@@ -1,7 +1,7 @@
 """`doctor live` against SGLang (a stand-in speaking SGLang 0.5.23's routes and meta_info, no CUDA needed): a
-server decoding with the drafter wired as trained passes, one whose drafter is fed other layers fails at a
-position, impossible per-request counts blame the server, and a server of no known kind gets one line naming
-every route tried. The route and field names are checked against the pinned wheel (integration)."""
+server decoding with the drafter wired as trained passes, one whose drafter is fed the embedding in every slot
+fails at a position, impossible per-request counts blame the server, and a server of no known kind gets one line
+naming every route tried. The route and field names are checked against the pinned wheel (integration)."""
 
 from __future__ import annotations
 
@@ -18,27 +18,50 @@ from eaglewire_testing.tinydata import USER_PROMPTS
 
 PROMPTS = [[1, 2, 3], [4, 5]]
 DEPTH = 3
+MAX_NEW = 24
 
 
 @pytest.fixture(scope="module")
 def wired(tiny_drafter, tiny_targets):
-    """(eaglewire's engine as trained, the same drafter fed the embedding and layers 1 and 3 instead of layers 1, 3
-    and 4, prompts)."""
+    """(eaglewire's engine as trained, the same drafter fed the embedding in every slot, prompts).
+
+    tiny:llama's greedy answers repeat one token, so a drafter trained on them copies its input token whatever
+    features it is fed: fed the embedding and layers 1 and 3 (this control's wiring until 2026-12-04) it accepted
+    36 of 36 rounds at every position, as on its trained layers 1, 3, 4, and the control could not fail. The
+    embedding in every slot is no layer the drafter saw, and costs it 0.44-0.54 of position 0's acceptance beyond
+    `doctor live`'s tolerance on three training seeds; the margin is checked here so that a tiny target or drafter
+    that voids the control says so instead of failing as a doctor bug. (A real engine collects each layer once
+    and would refuse repeated ids; the stand-in only needs a server whose drafts differ from the prediction.)"""
     from eaglewire.decoding.compat import load_drafter_for
     from eaglewire.decoding.engine import SpecEngine
     from eaglewire.targets.points import points_from_ids
 
     t = tiny_targets["llama"]
     drafter, points, _ = load_drafter_for(t, tiny_drafter[0])
-    wrong = points_from_ids([0, 2, 4], "vllm", t.num_layers)
-    assert [p.name for p in wrong] != [p.name for p in points]
-    good = SpecEngine(t, drafter, points)
+    wrong = points_from_ids([0, 0, 0], "vllm", t.num_layers)
+    assert {p.name for p in wrong} == {"embed"} and "embed" not in [p.name for p in points]
+    good, bad = SpecEngine(t, drafter, points), SpecEngine(t, drafter, wrong)
     prompts = [good.encode(f"{p} ({i})") for i, p in enumerate(USER_PROMPTS[:6])]  # as the drafter was trained
-    return good, SpecEngine(t, drafter, wrong), prompts
+    _require_margin(good, bad, prompts)
+    return good, bad, prompts
+
+
+def _require_margin(good, bad, prompts) -> None:
+    """The negative control means something only when the miswired drafter accepts, at some position, more than
+    `doctor live`'s tolerance away from the drafter as trained; twice it, so that a retrained drafter does not
+    land on the edge. Measured on eaglewire's own engine, as the stand-in serves it."""
+    from eaglewire.doctor.live import predicted_acceptance, tolerance
+
+    g, b = (predicted_acceptance(e, prompts, DEPTH, MAX_NEW) for e in (good, bad))
+    tol = [tolerance(c, g.drafts) for c in g.accepted_per_pos]
+    if not any(abs(x - y) > 2 * d for x, y, d in zip(g.rates(), b.rates(), tol)):
+        pytest.fail(f"negative control void: the tiny drafter accepts {g.accepted_per_pos}/{g.drafts} per position "
+                    f"as trained and {b.accepted_per_pos}/{b.drafts} miswired, within twice doctor live's tolerance "
+                    f"{[round(d, 3) for d in tol]}: its drafts do not depend on what it is fed")
 
 
 def _live(srv, engine, prompts, **kw):
-    return doctor_live(srv.url, engine, prompts, 24, say=lambda m: None, **kw)
+    return doctor_live(srv.url, engine, prompts, MAX_NEW, say=lambda m: None, **kw)
 
 
 @pytest.mark.unit

@@ -16,9 +16,9 @@ from eaglewire.doctor.cli import run_config
 from eaglewire.doctor.config import DoctorEngineConfig
 from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.doctor.records import trained_model_config
-from eaglewire.export.checkpoint import read_provenance
 from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
+from eaglewire.saved.checkpoint import read_provenance
 from eaglewire_testing.export_helpers import L, make_ckpt
 
 

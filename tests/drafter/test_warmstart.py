@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter, causal_mask
 from eaglewire.drafter.warmstart import init_from_target_layer, init_head
+from eaglewire.targets.load import load_target
 
 
 def _drafter(target, points, fc_norm=False, **kw):
@@ -81,3 +83,16 @@ def test_a_wider_mlp_starts_as_exactly_the_target_layer(tiny_targets):
     narrow = _drafter(t, points, intermediate_size=t.config.intermediate_size // 2)
     with pytest.raises(ValueError, match="narrower than the target layer"):
         init_from_target_layer(narrow, t.model, points, 1.0)
+
+
+@pytest.mark.parametrize("arch", ["deepseek_v3", "qwen3_moe"])
+def test_init_target_refuses_a_layer_without_a_llama_counterpart(arch):
+    """An MLA attention or a mixture-of-experts MLP has no q/k/v or gate/up/down to copy: one line naming
+    the layer and the fix, not an AttributeError from deep inside the copy."""
+
+    t = load_target(f"tiny:{arch}")
+    n = len(t.model.model.layers)
+    pts = ["layers.0.out", f"layers.{n - 3}.out"]
+    d = Eagle3Drafter(DrafterConfig.from_target_config(t.config, draft_vocab_size=32, num_aux=2))
+    with pytest.raises(ValueError, match=rf"target layer {n - 2} has a .* without .*use --init head"):
+        init_from_target_layer(d, t.model, pts, 1.0)

@@ -161,16 +161,26 @@ def _assert_a_near_tie(target, prompts, detail: str) -> None:
 
 
 def test_serve_command_checks_llamacpp_and_says_ready(llama_run, llama_server_bin, tmp_path):
+    """The README's `serve RUN --engine llama.cpp` then `doctor live --server ... --drafter RUN` as written, relative
+    paths from the run's parent (tests/serve/test_vllm_serving.py walks the vLLM one): doctor live finds the export
+    serve recorded and predicts at the gate serve recorded (before: a doubled path, then FAILs at p-min 0)."""
+    from eaglewire.engines.vllm_server import free_port
+    from eaglewire_testing.readme_walk import RUN, readme_command, stage_run, walk
+
     run, target, target_gguf, _, engine = llama_run
-    r = subprocess.run([*EW, "serve", str(run), "--engine", "llama.cpp", "--target", str(target), "--target-gguf",
-                        str(target_gguf), "--gguf-type", "f32", "--check-only", "--check-prompts", "3", "--threads", "2",
-                        "--out", str(tmp_path / "serve"), "--llama-server", str(llama_server_bin), "--p-min", str(P_MIN), "--json"],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    res = json.loads(r.stdout)
-    assert res["ids"] == [2, 4, 5] and res["check"]["ok"]
-    assert "--spec-type draft-eagle3" in res["command"] and "-md" in res["command"]
-    assert f"--spec-draft-p-min {P_MIN:g}" in res["command"] and res["check"]["p_min"] == P_MIN
+    stage_run(run, tmp_path)
+    serve = readme_command(f"eaglewire serve {RUN} --engine llama.cpp")
+    live = readme_command(f"eaglewire doctor live --server http://127.0.0.1:8000 --drafter {RUN}")
+    w = walk(serve, live, tmp_path, free_port(), ["--target-gguf", str(target_gguf), "--gguf-type", "f32",
+                                                  "--check-prompts", "3", "--threads", "2", "--llama-server",
+                                                  str(llama_server_bin), "--p-min", str(P_MIN)])
+    assert w["live"] is not None, w["serve_err"][-3000:]
+    assert w["live"].returncode == 0, (w["live"].stdout[-3000:], w["live"].stderr[-2000:])
+    assert f"--spec-draft-p-min {P_MIN:g} as " in w["live"].stdout  # the gate, read from serve.json
+    record = json.loads((tmp_path / RUN / "serve" / "serve.json").read_text())
+    assert record["export"] == "llama.cpp" and record["ids"] == [2, 4, 5] and record["p_min"] == P_MIN
+    assert "--spec-type draft-eagle3" in record["command"] and f"--spec-draft-p-min {P_MIN:g}" in record["command"]
+    assert w["serve_rc"] == 0 and "stopped: llama-server" in w["serve_err"] and "--resume" not in w["serve_err"]
 
 
 def test_far_miswired_drafter_fails_live_and_config_names_the_ids(llama_run, llama_server_bin, tmp_path):

@@ -8,11 +8,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglewire.export.checkpoint import load_checkpoint
 from eaglewire.export.config import ExportConfig, ImportConfig
 from eaglewire.export.exporter import run_export
 from eaglewire.export.importer import run_import
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import load_checkpoint
 from eaglewire_testing.export_helpers import L, draft_logits, make_ckpt
 
 

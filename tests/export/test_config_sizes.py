@@ -9,11 +9,11 @@ import resource
 import pytest
 
 from eaglewire.drafter.config import DrafterConfig
-from eaglewire.export.checkpoint import DRAFTER_KEY, load_checkpoint
 from eaglewire.export.config import ExportConfig, ImportConfig
 from eaglewire.export.exporter import run_export
 from eaglewire.export.importer import run_import
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import DRAFTER_KEY, load_checkpoint
 from eaglewire_testing.export_helpers import L, make_ckpt
 
 HUGE = [("num_layers", 10**7), ("vocab_size", 10**12), ("hidden_size", 10**9), ("draft_vocab_size", 1e400),

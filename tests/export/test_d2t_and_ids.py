@@ -10,11 +10,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglewire.export.checkpoint import load_checkpoint
 from eaglewire.export.config import ExportConfig, ImportConfig
 from eaglewire.export.exporter import run_export
 from eaglewire.export.importer import run_import
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import load_checkpoint
 from eaglewire_testing.export_helpers import L, make_ckpt, make_drafter, provenance
 
 pytestmark = pytest.mark.unit
@@ -25,7 +25,7 @@ def _export(tmp_path, fmt="vllm", model=None):
     if model is None:
         make_ckpt(ck)
     else:
-        from eaglewire.export.checkpoint import save_checkpoint
+        from eaglewire.saved.checkpoint import save_checkpoint
         from eaglewire.targets.points import eagle3_default
 
         save_checkpoint(ck, model, provenance([p.name for p in eagle3_default(L)], L))
@@ -116,7 +116,7 @@ def test_a_d2t_with_a_repeated_target_id_is_refused_at_import(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["vllm", "sglang", "speculators", "gguf"])
 def test_a_d2t_with_a_repeated_target_id_is_refused_at_export(tmp_path, fmt):
-    from eaglewire.export.checkpoint import save_checkpoint
+    from eaglewire.saved.checkpoint import save_checkpoint
     from eaglewire.targets.points import eagle3_default
 
     ck = tmp_path / "ck"

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from eaglewire.export.gguf import check_range
-from eaglewire.export.weights import check_exported
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.weights import check_exported
 
 pytestmark = pytest.mark.unit
 

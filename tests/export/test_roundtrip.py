@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from eaglewire.export.checkpoint import load_checkpoint, read_provenance
 from eaglewire.export.config import ExportConfig, ImportConfig
 from eaglewire.export.exporter import run_export
 from eaglewire.export.importer import run_import
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import load_checkpoint, read_provenance
 from eaglewire.targets.points import ids_for_points, parse_points
 from eaglewire_testing.export_helpers import VERIFIER, L, draft_logits, make_ckpt
 
@@ -120,7 +120,7 @@ def test_sglang_default_export_has_no_version_warning(tmp_path):
 def test_sglang_export_for_a_deepseek_target_follows_the_version(tmp_path):
     """The same trained points get other ids for SGLang 0.5.23 on a DeepSeek-family target, and the
     export says how older versions would read them; an id list no version reads right is refused."""
-    from eaglewire.export.checkpoint import save_checkpoint
+    from eaglewire.saved.checkpoint import save_checkpoint
     from eaglewire.targets.points import layer_out
     from eaglewire_testing.export_helpers import make_drafter, provenance
 

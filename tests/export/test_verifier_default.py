@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from eaglewire.export.checkpoint import load_checkpoint, save_checkpoint
 from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import load_checkpoint, save_checkpoint
 from eaglewire.targets.load import resolve_target_dir
 from eaglewire_testing.export_helpers import make_ckpt
 

@@ -17,8 +17,8 @@ BAD = {"deep": DEEP.encode(), "not-utf8": b'{"a": "\xff\xfe"}', "cut": b'{"a": [
 @pytest.mark.parametrize("kind", sorted(BAD))
 def test_read_json_config_and_jsonl(tmp_path, kind):
     from eaglewire.data.jsonl import read_jsonl
-    from eaglewire.export.formats import read_config_json
     from eaglewire.infra.atomic import read_json
+    from eaglewire.saved.formats import read_config_json
 
     f = tmp_path / "config.json"
     f.write_bytes(BAD[kind])
@@ -36,7 +36,7 @@ def test_read_json_config_and_jsonl(tmp_path, kind):
 def test_checkpoint_config_export_record_and_generate_record(tmp_path, kind):
     from eaglewire.data.pipeline import _generate_settings
     from eaglewire.doctor.records import trained_wiring
-    from eaglewire.export.checkpoint import load_checkpoint
+    from eaglewire.saved.checkpoint import load_checkpoint
 
     (tmp_path / "config.json").write_bytes(BAD[kind])
     with pytest.raises(EaglewireError, match="config.json"):

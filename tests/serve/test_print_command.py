@@ -104,6 +104,6 @@ def test_every_printed_sglang_flag_is_one_sglang_defines():
     files = sources(wheel("sglang", PINNED["sglang"]), "sglang/srt/arg_groups/fields/")
     assert files, "the wheel moved its argument definitions: find them and point this test there"
     src = "\n".join(files.values())
-    flags = [t for t in launch_command("T", "D", 3) if t.startswith("--")]
+    flags = [t for t in launch_command("T", "D", 3, tp=2) if t.startswith("--")]
     unknown = [f for f in flags if not re.search(rf"^\s+{f[2:].replace('-', '_')}\s*:", src, re.M)]
-    assert len(flags) == 8 and unknown == [] and "EAGLE3" in src
+    assert len(flags) == 9 and unknown == [] and "EAGLE3" in src

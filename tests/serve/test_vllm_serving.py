@@ -31,7 +31,7 @@ def served_run(tmp_path_factory):
     from eaglewire_testing.tinydata import build_tiny_dataset
 
     root = tmp_path_factory.mktemp("served")
-    target = build_tiny("llama", root / "target", num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    target = build_tiny("llama", root / "target")
     ds = build_tiny_dataset(root, n=48, max_new_tokens=48, target=str(target))
     run_train(TrainConfig(data=ds, out=root / "run", device="cpu", max_steps=300, batch_size=4, lr=3e-3,
                           warmup_steps=5, ttt_steps=3, max_len=128, val_fraction=0.1, save_every=1000))
@@ -98,24 +98,27 @@ def test_served_acceptance_equals_ours_per_position(vllm_python, served_run, tmp
     assert next(c for c in rep.checks if c.name == "draft tokens").ok, (served.draft_tokens, ours.draft_tokens)
 
 
-def test_serve_command_exports_starts_and_checks(vllm_python, served_run, tmp_path):
-    """`eaglewire serve --check-only`: export with the provenance's ids, start vLLM (compiled, as a user runs it),
-    doctor live before 'ready'."""
-    run, target, _ = served_run
+def test_the_readme_serve_then_doctor_live_walk(vllm_python, served_run, tmp_path):
+    """The README's `eaglewire serve RUN` then `eaglewire doctor live --server ... --drafter RUN`, as written, with
+    relative paths from the run's parent: serve exports with the provenance's ids, starts vLLM (compiled, as a
+    user runs it), checks before 'ready' (progress on stderr while it waits); doctor live then finds the export
+    serve recorded (before: the recorded path was joined onto serve/ twice) and passes; Ctrl-C stops serve
+    cleanly. One vLLM start."""
     from eaglewire.engines.vllm_server import free_port
+    from eaglewire_testing.readme_walk import RUN, readme_command, stage_run, walk
 
-    r = subprocess.run([*EW, "serve", str(run), "--target", str(target), "--depth", "3", "--port", str(free_port()),
-                        "--max-model-len", "512", "--check-prompts", "6", "--max-new-tokens", "48", "--check-only",
-                        "--out", str(tmp_path / "serve"), "--vllm-python", str(vllm_python), "--json"],
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-2000:]
-    res = json.loads(r.stdout)
-    check = res["check"]
-    assert check["ok"] and check["depth"] == 3
-    assert check["served"]["accepted_per_pos"] == check["predicted"]["accepted_per_pos"]
-    assert check["served"]["drafts"] == check["predicted"]["drafts"]
-    assert res["ids"] == [2, 4, 5] and "--speculative-config" in res["command"]
-    assert json.loads((tmp_path / "serve" / "serve.json").read_text())["export"] == res["export"]
+    run, _, _ = served_run
+    stage_run(run, tmp_path)
+    serve = readme_command(f"eaglewire serve {RUN}")
+    live = readme_command(f"eaglewire doctor live --server http://127.0.0.1:8000 --drafter {RUN}")
+    w = walk(serve, live, tmp_path, free_port(), ["--depth", "3", "--max-model-len", "512", "--check-prompts", "6",
+                                                  "--max-new-tokens", "48", "--vllm-python", str(vllm_python)])
+    assert w["live"] is not None, w["serve_err"][-3000:]
+    assert w["live"].returncode == 0, (w["live"].stdout[-3000:], w["live"].stderr[-2000:])
+    assert "served mean acceptance length" in w["serve_out"] and "[serve] waiting for the vLLM server" in w["serve_err"]
+    record = json.loads((tmp_path / RUN / "serve" / "serve.json").read_text())
+    assert record["export"] == "vllm" and record["ids"] == [2, 4, 5] and "--speculative-config" in record["command"]
+    assert w["serve_rc"] == 0 and "stopped: vLLM server" in w["serve_err"] and "--resume" not in w["serve_err"]
 
 
 def test_doctor_live_fails_on_miswired_slots_and_names_the_fix(vllm_python, served_run, tmp_path):

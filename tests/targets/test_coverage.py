@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from eaglewire.targets.coverage import markdown, rows
+from eaglewire_testing.readme_tables import assert_readme_block
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_readme_family_table_is_generated():
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"<!-- coverage:families -->\n(.*?)<!-- /coverage:families -->", text, re.S)
-    assert m, "README.md: the families table (<!-- coverage:families -->) is missing"
-    assert m.group(1) == markdown(), "README.md's families table is stale: regenerate it from coverage.markdown()"
+    assert_readme_block("coverage:families", markdown(), "coverage.markdown()")
 
 
 def test_cells_name_the_engines_refusals():

@@ -143,7 +143,7 @@ def test_lean_with_biases_equals_transformers(fused):
 def test_lean_head_sizes_equal_transformers(head_dim):
     """The fused attention takes keys eight at a time when the head size is a multiple of 8 and sums values
     64 floats at a time in registers: 64 and 72 (a 64-block and a tail) run those paths with the default
-    target's head size, 12 the scalar ones; the tiny targets' 16 only the first."""
+    target's head size, 12 the scalar ones; the tiny targets' 32 only the first."""
     torch.manual_seed(head_dim)
     cfg = LlamaConfig(vocab_size=300, hidden_size=2 * head_dim, intermediate_size=96, num_hidden_layers=2,
                       num_attention_heads=2, num_key_value_heads=1, head_dim=head_dim)

@@ -56,7 +56,8 @@ def test_sglang_refuses_a_registered_class_without_the_method():
     ("vllm", "0.31.0", "Glm4MoeForCausalLM"),  # a release whose source was not read
     ("vllm", None, "NoSuchForCausalLM"),  # not registered by the pinned release
     ("sglang", None, None),
-    ("llama.cpp", None, "LlamaForCausalLM"),
+    ("llama.cpp", "0.3.30", "LlamaForCausalLM"),  # a release whose source was not read
+    ("llama.cpp", None, "PhiForCausalLM"),  # a class whose graph was not read
 ])
 def test_unknown_is_said_distinctly(engine, version, arch):
     assert capture_support(engine, version, arch) == "unknown"
@@ -71,3 +72,36 @@ def test_speculators_and_specforge_read_as_their_engines():
 def test_sets_are_disjoint_and_sized_as_read():
     assert not VLLM_EAGLE3_ARCHS & VLLM_NO_EAGLE3_ARCHS
     assert (len(VLLM_EAGLE3_ARCHS), len(VLLM_NO_EAGLE3_ARCHS), len(SGLANG_EAGLE3_ARCHS)) == (108, 154, 71)
+
+
+@pytest.mark.parametrize("arch,support,graph", [
+    ("Qwen3MoeForCausalLM", "yes", None), ("GptOssForCausalLM", "yes", None),
+    ("KimiK25ForConditionalGeneration", "no", "deepseek2"), ("Kimi_K25ForConditionalGeneration", "no", "deepseek2"),
+    ("Gemma3ForConditionalGeneration", "no", "gemma3"),
+])
+def test_llama_cpp_capture_follows_its_graph(arch, support, graph):
+    """llama.cpp feeds a drafter only from graphs that mark t_layer_inp; the refusal names the graph."""
+    assert capture_support("llama.cpp", None, arch) == support
+    line = capture_refusal("llama.cpp", None, arch)
+    assert (line is None) == (graph is None)
+    if graph:
+        assert f"its {graph} graph" in line and "layer input tensor is null" in line
+
+
+def test_llama_cpp_graph_facts_match_the_vendored_source():
+    """Each class is registered by llama.cpp 0.3.36's converter, and its graph's source marks t_layer_inp
+    exactly when the facts say it can feed a drafter (skipped without the managed llama.cpp source; CI
+    builds it)."""
+    import re
+
+    from eaglewire.engines import llama_env
+    from eaglewire.targets.support import LLAMA_CPP_GRAPHS
+
+    root = llama_env.source_dir()
+    if not (root / "conversion").is_dir():
+        pytest.skip(f"llama.cpp's vendored source is not unpacked at {root}")
+    text = "\n".join(p.read_text() for p in (root / "conversion").glob("*.py"))
+    for arch, (graph, marks) in LLAMA_CPP_GRAPHS.items():
+        assert re.search(rf'"{arch}"', text), f"{arch} is not registered by llama.cpp's converter"
+        src = (root / "src" / "models" / f"{graph}.cpp").read_text()
+        assert ("t_layer_inp" in src) == marks, f"{graph}.cpp: t_layer_inp {'absent' if marks else 'present'}"

@@ -11,8 +11,8 @@ import time
 import pytest
 import torch
 
-from eaglewire.export.checkpoint import load_checkpoint
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import load_checkpoint
 from eaglewire.training.config import TrainConfig
 from eaglewire.training.loop import run_train
 

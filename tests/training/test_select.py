@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from eaglewire.data.dataset import FeatureDataset
-from eaglewire.doctor.acceptance import chain_stats
-from eaglewire.export.checkpoint import load_checkpoint
+from eaglewire.decoding.acceptance import chain_stats
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import load_checkpoint
 from eaglewire.targets.load import load_target
 from eaglewire.training.config import TrainConfig
 from eaglewire.training.loop import run_train

@@ -1,1 +1,4 @@
-"""Training data: prompt loading, self-generated prompts, loss masks and the draft vocabulary."""
+"""Training data: prompt loading, self-generated prompts, loss masks and the draft vocabulary.
+
+May import: infra, targets, drafter, saved, engines.
+"""

@@ -29,9 +29,11 @@ from eaglewire.data.extract import extract
 from eaglewire.data.manifest import Manifest, complete_and_intact
 from eaglewire.data.recorded import recorded_extract_settings
 from eaglewire.engines.vllm_capture import StatesClient, capture_args, plugin_env
-from eaglewire.engines.vllm_env import find_python, is_cpu_build, vllm_version
+from eaglewire.engines.vllm_env import find_python, is_cpu_build, startup_refusal, vllm_version
 from eaglewire.engines.vllm_server import ServeSpec, VllmServer, free_port, serve_command
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.codecheck import json_or_none
+from eaglewire.targets.families import serving_arch
 from eaglewire.targets.load import load_skeleton, resolve_target_dir
 from eaglewire.targets.points import (
     EMBED,
@@ -99,18 +101,35 @@ class VllmCapture:
         return list(self.pool.map(lambda item: self._one(item[1]), batch))
 
 
-def _vllm_dtype(dtype: str, cpu_build: bool) -> str:
+def _vllm_dtype(dtype: str, cpu_build: bool, target_dir: Path | None = None) -> str:
+    """vLLM's --dtype for eaglewire's. vLLM 0.32's CPU build runs gated-delta-net linear attention (Qwen3-Next,
+    Qwen3.5) in bf16 only (model_executor/layers/mamba/ops/cpu/gdn_attention.py: `assert mixed_qkv.dtype ==
+    torch.bfloat16, "CPU GDN attention requires BF16."`, raised on the first request): auto picks bf16 there,
+    and another dtype is refused before a server starts."""
     names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+    gdn = cpu_build and target_dir is not None and _linear_attention(target_dir)
     if dtype == "auto":
-        return "float32" if cpu_build else "auto"
+        return "bfloat16" if gdn else "float32" if cpu_build else "auto"
     if dtype not in names:
         raise EaglewireError(f"--dtype {dtype!r}: expected auto, {', '.join(names)}")
+    if gdn and dtype != "bf16":
+        raise EaglewireError(f"--dtype {dtype}: vLLM {PINNED['vllm']}'s CPU build runs the linear attention of "
+                             f"{target_dir} in bf16 only ('CPU GDN attention requires BF16.'); use --dtype bf16")
     return names[dtype]
+
+
+def _linear_attention(target_dir: Path) -> bool:
+    """Whether the target's language model has linear-attention layers (its config's layer_types say so)."""
+    raw = json_or_none(Path(target_dir) / "config.json")
+    raw = raw if isinstance(raw, dict) else {}
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    kinds = text.get("layer_types")
+    return isinstance(kinds, list) and "linear_attention" in kinds
 
 
 def server_spec(cfg, target_dir: Path, ids: list[int], states_dir: Path, cpu_build: bool):
     extra = capture_args(ids, states_dir, ours=cpu_build) + _parallel_args(cfg)
-    return ServeSpec(target_dir=target_dir, drafter_dir=None, port=free_port(), dtype=_vllm_dtype(cfg.dtype, cpu_build),
+    return ServeSpec(target_dir=target_dir, drafter_dir=None, port=free_port(), dtype=_vllm_dtype(cfg.dtype, cpu_build, target_dir),
                      max_model_len=_model_len(target_dir, cfg.max_seq_len + 1), memory_fraction=0.3 if cpu_build else 0.0,
                      extra=extra)
 
@@ -164,7 +183,7 @@ def run_vllm_extract(cfg, rows: list[dict], s, gen: dict):
 
 def _managed_extract(cfg, rows, s, gen: dict, skeleton, pts, ids, states_dir: Path):
     """Extract through a vLLM server this command starts, writing its states into `states_dir`."""
-    python = find_python(cfg.vllm_python)
+    python = _startable(find_python(cfg.vllm_python), skeleton.path)
     cpu = is_cpu_build(python)
     spec = server_spec(cfg, skeleton.path, ids, states_dir, cpu)
     log = cfg.data / "vllm-capture.log"
@@ -217,12 +236,20 @@ def _clear_states(states_dir: Path) -> None:
             states_dir.rmdir()
 
 
+def _startable(python: Path, target_dir: Path) -> Path:
+    """`python` when nothing known stops its vLLM from starting the target; else one line, before any start."""
+    why = startup_refusal(python, target_dir, serving_arch(target_dir))
+    if why is not None:
+        raise EaglewireError(why)
+    return python
+
+
 def generate_on_vllm(cfg, generate):
     """Run `generate(url)` against a plain vLLM server started for the target (`data build --engine vllm`)."""
-    python = find_python(cfg.vllm_python)
+    python = _startable(find_python(cfg.vllm_python), resolve_target_dir(cfg.target))
     cpu = is_cpu_build(python)
     spec = ServeSpec(target_dir=resolve_target_dir(cfg.target), drafter_dir=None, port=free_port(),
-                     dtype=_vllm_dtype(cfg.dtype, cpu),
+                     dtype=_vllm_dtype(cfg.dtype, cpu, resolve_target_dir(cfg.target)),
                      max_model_len=_model_len(resolve_target_dir(cfg.target), cfg.max_prompt_tokens + cfg.max_new_tokens + 8),
                      memory_fraction=0.3 if cpu else 0.0, extra=_parallel_args(cfg))
     log = cfg.out / "vllm-generate.log"

@@ -33,8 +33,8 @@ from safetensors import SafetensorError, safe_open
 from eaglewire.data.config import DataImportConfig
 from eaglewire.data.extract import write_shard
 from eaglewire.data.manifest import Manifest
-from eaglewire.export.weights import load_pickle_weights
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.weights import load_pickle_weights
 from eaglewire.targets.capture import decoder_stack
 from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
 from eaglewire.targets.load import load_target

@@ -1,6 +1,9 @@
-"""Speculative decoding with EAGLE-3 drafters (chain and EAGLE-2 tree), lossless.
+"""Speculative decoding with EAGLE-3 drafters (chain and EAGLE-2 tree), lossless; read reference.py first.
 
-Entry points: :class:`SpecEngine` + :class:`SpecConfig` (engine.py), the
-``generate`` and ``bench`` commands (cli.py). See engine.py for the loop and
-the default shapes chosen for CPU decoding.
+May import: infra, targets, drafter, saved, data.
+
+reference.py is the whole greedy chain loop in ~50 lines with nothing
+optimised; the engine (engine.py: :class:`SpecEngine` + :class:`SpecConfig`)
+is that loop made fast (KV caches, lean kernels, trees, sampling) and its
+tests hold it to the reference. The ``generate`` and ``bench`` commands are in cli.py.
 """

@@ -10,9 +10,9 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from eaglewire.export.checkpoint import load_checkpoint
-from eaglewire.export.provenance import Provenance
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import load_checkpoint
+from eaglewire.saved.provenance import Provenance
 from eaglewire.targets.fingerprint import TargetFingerprint, chat_template_hash
 from eaglewire.targets.points import Point, parse_points
 

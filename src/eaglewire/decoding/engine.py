@@ -13,7 +13,7 @@ for x[0..n-2]; the drafter has real entries for t = 0..n-2, see draft.py):
    accepted nodes, from the target's features of exactly those tokens, with
    the next tokens (accepted path + bonus) as inputs.
 
-Why the defaults (chain depth 4; tree top_k 3, depth 2, 7 tokens; drafts the
+Why the defaults (chain depth ``DEPTH``, 3, saved/depth.py; tree top_k 3, depth 2, 7 tokens; drafts the
 drafter gives under 10% cumulative probability dropped): on a CPU without
 AVX-512 a verify round costs more than a decode step and grows with its
 width, and the drafters a CPU can train accept few tokens past depth 2, so a

@@ -12,9 +12,9 @@ from eaglewire.decoding.bench import DEFAULT_METHODS, METHODS, auto_shape, run_b
 from eaglewire.decoding.compat import load_drafter_for
 from eaglewire.decoding.config import BenchConfig
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
-from eaglewire.export.checkpoint import read_provenance
 from eaglewire.infra.device import resolve_device, resolve_dtype
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import read_provenance
 from eaglewire.targets.load import load_target
 
 

@@ -9,6 +9,7 @@ labels they look like three disagreeing answers to one question.
 from __future__ import annotations
 
 from eaglewire.demo.findings import SPEC, fmt_span, vllm_mean_length
+from eaglewire.saved.depth import DEPTH
 
 
 def _report(log: dict, command: str) -> dict | None:
@@ -34,7 +35,8 @@ def _offline_rows(log: dict) -> list[list[str]]:
 
 def _online_row(log: dict, run) -> list[str]:
     r = _report(log, "online")
-    what = "our engine decoding the dataset's prompts, chain depth 4, --min-prob 0, drafter fed the engine's own features"
+    what = (f"our engine decoding the dataset's prompts, chain depth {(r or {}).get('depth', DEPTH)}, --min-prob 0, "
+            "drafter fed the engine's own features")
     if r and r.get("online_tau") is not None:
         return ["online chain tau (`doctor online`)", f"{r['online_tau']:.2f}", what, "the first dataset samples (training data)"]
     return ["online chain tau (`doctor online`)", "not run by the demo", what,
@@ -87,7 +89,7 @@ def tau_relation(log: dict) -> str:
     """One sentence on how the taus relate, with this run's depth and gate."""
     c = log.get("bench", {}).get("config") or {}
     gate = c.get("min_prob") or 0.0
-    depth = ((_report(log, "drafter") or {}).get("offline") or {}).get("depth", 4)
+    depth = ((_report(log, "drafter") or {}).get("offline") or {}).get("depth", DEPTH)
     return ("How they relate: all count 1 + accepted drafts per round. The offline chain tau starts a round at every "
             f"answer position (ungated, depth {depth}), so it weighs the easy stretches that decoding "
             "skips over and reads highest; the mean acceptance lengths and `doctor online` count the rounds decoding "

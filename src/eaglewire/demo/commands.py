@@ -18,6 +18,7 @@ from eaglewire.decoding.config import BenchConfig
 from eaglewire.doctor.config import DoctorDatasetConfig, DoctorDrafterConfig, DoctorEngineConfig
 from eaglewire.export.config import ExportConfig
 from eaglewire.infra.options import to_argv
+from eaglewire.saved.depth import DEPTH
 from eaglewire.training.config import TrainConfig
 
 
@@ -55,7 +56,7 @@ def demo_steps(target: str, preset: dict, run: Path, seed: int = 0, device: str 
     steps += [Step("data build", DataBuildConfig(out=held, target=target, points=_points(p), prompts=heldout_arg(),
                                                  max_new_tokens=p["heldout_tokens"], batch_size=p["gen_batch"],
                                                  seed=seed, device=device), "heldout"),
-              Step("doctor drafter", DoctorDrafterConfig(ckpt=train, data=held, samples=54, depth=3), "heldout")]
+              Step("doctor drafter", DoctorDrafterConfig(ckpt=train, data=held, samples=54, depth=DEPTH), "heldout")]
     # the shipped held-out set (hand-written, never used to make training data), one category at a time
     steps.append(Step("bench", BenchConfig(drafter=train / "drafter", target=target, max_prompts=p["bench_prompts"],
                                            repeats=p["bench_repeats"], max_new_tokens=p["bench_tokens"],

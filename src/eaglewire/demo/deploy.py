@@ -1,8 +1,9 @@
 """The report's way out: export, serve and check commands for this run, and how to get more.
 
 Every path named is one the demo made (the exports come from the doctor
-stage), and the serve flags are the shapes the bench measured, so a command
-copied from the report runs what the report describes.
+stage), and the serve flags are the chain the bench measured, written by the
+same builder `eaglewire serve` uses, so a command copied from the report runs
+what the report describes and what `doctor live` can check.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from pathlib import Path
 
 from eaglewire.decoding.shapes import DEFAULTS
 from eaglewire.demo.config import PRESETS
-from eaglewire.export.checkpoint import read_provenance
+from eaglewire.engines.sglang import launch_line
+from eaglewire.saved.checkpoint import read_provenance
 from eaglewire.targets.points import id_lists
 
 FORMATS = ("sglang", "vllm")
@@ -25,20 +27,18 @@ def _shape(bench: dict) -> dict:
 
 
 def serve_rows(run: Path, bench: dict) -> list[list[str]]:
-    """Serve commands with the benchmarked shapes, and the one sentence on what they cannot carry over."""
+    """Serve commands for the benchmarked chain, SGLang's from the builder `serve` uses: one shape everywhere."""
     s = _shape(bench)
-    rows = [["Serve with SGLang", f"python -m sglang.launch_server --model-path <target> --speculative-algorithm EAGLE3 "
-                                  f"--speculative-draft-model-path {run}/export/sglang --speculative-num-steps "
-                                  f"{s['tree_depth']} --speculative-eagle-topk {s['top_k']} "
-                                  f"--speculative-num-draft-tokens {s['total_tokens']}"],
+    rows = [["Serve with SGLang", launch_line("<target>", f"{run}/export/sglang", s["depth"])],
             ["Serve with vLLM", f"vllm serve <target> --speculative-config '{{\"method\": \"eagle3\", \"model\": "
                                 f"\"{run}/export/vllm\", \"num_speculative_tokens\": {s['depth']}}}'"]]
     gate = f"--min-prob {s['min_prob']} and " if s["min_prob"] else ""
-    rows.append(["Why these flags", f"SGLang gets the tree benchmarked here (top_k {s['top_k']}, depth "
-                 f"{s['tree_depth']}, {s['total_tokens']} tokens with the root) and vLLM, which drafts a chain, the "
-                 f"benchmarked chain's depth {s['depth']}; {gate}the lookup branch have no engine flag, and on a GPU, "
-                 "where a wide verify costs about one decode step, a wider tree usually pays (docs/results.md): measure with "
-                 "`eaglewire bench --auto-shape N`. <target>: the target model as your engine loads it."])
+    rows.append(["Why these flags", f"both engines get the benchmarked chain (depth {s['depth']}), the shape "
+                 "`eaglewire serve` starts and `eaglewire doctor live` can check; SGLang can also draft a tree "
+                 "(--speculative-eagle-topk above 1, as the eaglewire_tree row here), which `doctor live` cannot check. "
+                 f"{gate}the lookup branch have no engine flag, and on a GPU, where a wide verify costs about one "
+                 "decode step, a wider tree usually pays (docs/results.md): measure with `eaglewire bench "
+                 "--auto-shape N`. <target>: the target model as your engine loads it."])
     return rows
 
 

@@ -21,9 +21,9 @@ ON_ENGINE = {"eaglewire_chain": "what vLLM runs, num_speculative_tokens {depth} 
              "eaglewire_tree": "what SGLang runs, tree top_k {top_k} / depth {tree_depth} / {total_tokens} tokens",
              "eaglewire_tree_lookup": "not deployable on an engine: the lookup branch has no engine flag"}
 # the headline's call on its speedup range; only "faster" is drawn green
-CALLS = {"faster": "faster than plain decoding over its whole range", "slower": "slower than plain decoding over its "
-         "whole range", "within noise": "within noise (the range crosses 1.0)",
-         "unranged": "no range measured (1 repeat of 1 prompt), so not called a win or a loss"}
+CALLS = {"faster": "faster over its whole range", "slower": "slower over its whole range",
+         "within noise": "within noise (the range crosses 1.0)",
+         "unranged": "no range (1 repeat of 1 prompt): not called a win or a loss"}
 # checks that find a wrongly wired drafter; the rest of `doctor drafter` grades its quality
 WIRING = {"dataset": None, "config": None, "drafter": {"points", "d2t"}}
 CLEAR_GAIN = 1.05  # a speedup the verdict presents as a gain; below it, a median under 1 is no contradiction
@@ -85,17 +85,25 @@ def on_engine(bench: dict, name: str) -> str:
 
 
 def headline(bench: dict) -> str:
-    """The deployable method's speedup with its range and its call; a faster engine-less method only second."""
+    """The deployable method's speedup with its range and its call: the verdict's first words."""
     dep = deployed_method(bench)
     if not dep:
         return "no speedup measured (the bench ran no eaglewire_plain or no speculative method)"
     name, m = dep
-    call = CALLS[speedup_call(speedup_range(bench, m))]
-    out = f"{name} ({on_engine(bench, name)}): {_vs_plain(speedup_phrase(bench, m))}, {call}"
+    return f"{name} {_vs_plain(speedup_phrase(bench, m))}, {CALLS[speedup_call(speedup_range(bench, m))]}"
+
+
+def engine_line(bench: dict) -> str | None:
+    """What the headline's method is on an engine; a faster engine-less method only here, never in the headline."""
+    dep = deployed_method(bench)
+    if not dep:
+        return None
+    name, m = dep
+    out = f"{name} is {on_engine(bench, name)}"
     best = best_method(bench)
     if best and best[0] != name and best[1]["speedup_vs_plain"] > m["speedup_vs_plain"]:
-        out += f"; the best measured here: {best[0]} {speedup_phrase(bench, best[1])}, {on_engine(bench, best[0])}"
-    return out
+        out += f"; best measured here: {best[0]} {speedup_phrase(bench, best[1])}, {on_engine(bench, best[0])}"
+    return out + "."
 
 
 def _vs_plain(phrase: str) -> str:
@@ -169,19 +177,52 @@ def heldout_phrase(log: dict) -> str | None:
             f"{off['depth']}, ungated)")
 
 
-def verdict_line(log: dict) -> str:
-    """One line a newcomer reads first: the deployable speedup (with spread), identical outputs, wiring, acceptance."""
-    bench = log.get("bench", {})
-    parts = [headline(bench), outputs_phrase(bench), wiring_phrase(log.get("doctor", {}))]
+def _short(outputs: str, wiring: str) -> tuple[str, str]:
+    """The headline's words for outputs and wiring; their detail (prompts, methods, what was checked) goes below."""
+    out = outputs.split(" (", 1)[0].split(" from ", 1)[0].split(" to ", 1)[0]
+    return out, wiring.split(" (", 1)[0].replace("wiring checks: ", "wiring: ")
+
+
+def _detail(bench: dict, doctor: dict, outputs: str) -> str | None:
+    """What the headline's outputs and wiring words rest on: the reference, the prompts, what was checked."""
+    n, parts = bench.get("num_prompts", "?"), []
+    if outputs.startswith("OUTPUTS DIFFER"):
+        parts.append("differing from transformers generate: " + outputs.split(": ", 1)[1])
+    elif outputs.startswith("outputs identical"):
+        parts.append(f"compared with transformers generate on {n} of {n} prompts, every method")
+    checks = wiring_checks(doctor)
+    if checks and all(c["ok"] for c in checks):
+        exports = sum(r["command"] == "config" for r in doctor.get("reports", []))
+        parts.append(f"wiring checked on the dataset, the drafter and {exports} exports")
+    elif checks:
+        parts.append("failed wiring checks: see 'Doctor verdicts'")
+    return (parts[0][0].upper() + "; ".join(parts)[1:] + ".") if parts else None
+
+
+def verdict_lines(log: dict) -> list[str]:
+    """The verdict a newcomer reads first: one headline (deployable speedup with its call, outputs, wiring),
+    then at most three short lines with the rest (the method on an engine, what was compared, acceptance)."""
+    bench, doctor = log.get("bench", {}), log.get("doctor", {})
+    outputs, wiring = outputs_phrase(bench), wiring_phrase(doctor)
+    out, wire = _short(outputs, wiring)
+    lines = [f"Verdict: {headline(bench)}; {out}; {wire}."]
+    if eng := engine_line(bench):
+        lines.append(eng)
+    if detail := _detail(bench, doctor, outputs):
+        lines.append(detail)
     held = heldout_phrase(log)
-    chain = bench.get("methods", {}).get("eaglewire_chain") or {}
-    span = vllm_mean_length(chain, bench.get("num_prompts", 0))
+    span = vllm_mean_length((bench.get("methods") or {}).get("eaglewire_chain") or {}, bench.get("num_prompts", 0))
     if held:
-        parts.append(held)
+        lines.append(f"M{held[1:]}.")
     elif span:
-        parts.append(f"mean acceptance length {fmt_span(*span)} (as vLLM counts it: 1 + accepted per drafting "
-                     f"round; chain depth {(bench.get('config') or {}).get('depth', '?')})")
-    return "Verdict: " + "; ".join(parts) + "."
+        lines.append(f"Mean acceptance length {fmt_span(*span)} (as vLLM counts it: 1 + accepted per drafting "
+                     f"round; chain depth {(bench.get('config') or {}).get('depth', '?')}).")
+    return lines
+
+
+def verdict_line(log: dict) -> str:
+    """The verdict's headline alone (the report's bold line; `verdict_lines` has the rest)."""
+    return verdict_lines(log)[0]
 
 
 def verdict_tone(log: dict) -> str:

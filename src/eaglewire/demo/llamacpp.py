@@ -30,9 +30,10 @@ from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
 from eaglewire.export.gguf import target_gguf
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.depth import LLAMA_CPP_DEPTH
 from eaglewire.targets.load import load_target
 
-DEPTH, DRAFTER_TYPE, P_MIN = 2, "q8_0", DEFAULT_P_MIN  # what `serve --engine llama.cpp` starts
+DRAFTER_TYPE, P_MIN = "q8_0", DEFAULT_P_MIN  # with LLAMA_CPP_DEPTH: what paid best here (see there)
 
 
 NOT_BUILT = ("no llama-server built here: `python -m eaglewire.engines.llama_env` builds it once (~10-25 min), "
@@ -55,7 +56,7 @@ def llamacpp_stage(run: Path, target: str, n_prompts: int, max_new_tokens: int, 
     prompts = encode_prompt_file(spec, heldout_prompts_path(), n_prompts)[0]
     binary = llama_env.server_binary()
     specs = {"llama.cpp plain": LlamaSpec(tg, None, port=free_port(), threads=threads),
-             "llama.cpp + drafter": LlamaSpec(tg, Path(exp["out"]) / "drafter.gguf", depth=DEPTH, port=free_port(),
+             "llama.cpp + drafter": LlamaSpec(tg, Path(exp["out"]) / "drafter.gguf", depth=LLAMA_CPP_DEPTH, port=free_port(),
                                               threads=threads, p_min=P_MIN)}
     with ExitStack() as stack:
         urls = {n: stack.enter_context(LlamaServer(binary, s, run / "export" / f"{n.replace(' ', '_')}.log")
@@ -65,8 +66,8 @@ def llamacpp_stage(run: Path, target: str, n_prompts: int, max_new_tokens: int, 
         delta = counter_delta(spec_counters(urls["llama.cpp + drafter"]), before)
     tps = {n: toks[n] / secs[n] for n in secs}
     served = Acceptance(delta["drafts"], list(delta["accepted_per_pos"]))
-    predicted = predicted_acceptance(spec, prompts, DEPTH, max_new_tokens, P_MIN)
-    return {"depth": DEPTH, "p_min": P_MIN, "drafter_type": DRAFTER_TYPE, "target_gguf": str(tg), "prompts": len(prompts),
+    predicted = predicted_acceptance(spec, prompts, LLAMA_CPP_DEPTH, max_new_tokens, P_MIN)
+    return {"depth": LLAMA_CPP_DEPTH, "p_min": P_MIN, "drafter_type": DRAFTER_TYPE, "target_gguf": str(tg), "prompts": len(prompts),
             "max_new_tokens": max_new_tokens, "tokens_per_s": tps,
             "speedup_vs_llama_plain": tps["llama.cpp + drafter"] / tps["llama.cpp plain"],
             "eaglewire_plain_vs_llama_plain": tps["eaglewire plain"] / tps["llama.cpp plain"],

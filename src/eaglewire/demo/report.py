@@ -16,7 +16,7 @@ from pathlib import Path
 from eaglewire.decoding.bench import fmt_ratio, plot_speed
 from eaglewire.demo.acceptance import prediction_row, tau_relation, tau_rows
 from eaglewire.demo.deploy import export_rows, more_lines
-from eaglewire.demo.findings import caveats, doctor_rows, round_cost, verdict_line, verdict_tone
+from eaglewire.demo.findings import caveats, doctor_rows, round_cost, verdict_lines, verdict_tone
 from eaglewire.engines.llama_server import DEFAULT_P_MIN
 from eaglewire.infra.plots import pyplot
 
@@ -265,17 +265,19 @@ BOX = {"bad": " bad", "amber": " slow", "good": ""}  # verdict_tone -> the verdi
 def write_report(run: Path, preset: str, p: dict, log: dict) -> dict:
     train_png = _plot_training(run, run / "training.png")
     speed_png = _plot_speed(log.get("bench", {}), run / "speed.png")
-    verdict, notes = verdict_line(log), caveats(log, run, p)
+    (verdict, *more), notes = verdict_lines(log), caveats(log, run, p)
     if preset == "quick":
         notes.append(f"This is the quick preset: a drafter trained for minutes on {p.get('topic_prompts', '?')} "
                      "composed prompts; see 'How to get more'.")
     sections = _sections(run, preset, p, log)
-    md = [f"# eaglewire demo report ({preset})", "", f"**{verdict}**", ""] + [x for n in notes for x in (f"> {n}", "")]
+    md = [f"# eaglewire demo report ({preset})", "", f"**{verdict}**", "", *(f"- {x}" for x in more), ""]
+    md += [x for n in notes for x in (f"> {n}", "")]
     md += ["![training](training.png)", ""] + (["![speed](speed.png)", ""] if speed_png else [])
     for title, head, rows, after in sections:
         md += [f"## {title}", ""] + ([_md_table(head, rows), ""] if head else []) + _md_lines(after) + [""]
     (run / "report.md").write_text("\n".join(md))
-    body = [f"<h1>eaglewire demo report ({html.escape(preset)})</h1>", f'<p class="verdict{BOX[verdict_tone(log)]}"><b>{_inline(verdict)}</b></p>']
+    body = [f"<h1>eaglewire demo report ({html.escape(preset)})</h1>", f'<p class="verdict{BOX[verdict_tone(log)]}"><b>{_inline(verdict)}</b>'
+            + "".join(f"<br>{_inline(x)}" for x in more) + "</p>"]
     body += [f'<p class="note">{_inline(n)}</p>' for n in notes]
     body += ["<h2>Training curves</h2>", _img(train_png), "<h2>Speed</h2>", _img(speed_png)]
     for title, head, rows, after in sections:
@@ -285,4 +287,4 @@ def write_report(run: Path, preset: str, p: dict, log: dict) -> dict:
                                                            if any(x.startswith("<li>") for x in lis) else [])
     (run / "report.html").write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>eaglewire report</title>"
                                      f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
-    return {"report_html": str(run / "report.html"), "report_md": str(run / "report.md"), "verdict": verdict}
+    return {"report_html": str(run / "report.html"), "report_md": str(run / "report.md"), "verdict": "\n".join([verdict, *more])}

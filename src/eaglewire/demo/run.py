@@ -26,12 +26,12 @@ from eaglewire.doctor.drafter import doctor_drafter
 from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.doctor.records import trained_model_config
 from eaglewire.engines import llama_env
-from eaglewire.export.checkpoint import load_checkpoint
 from eaglewire.export.exporter import run_export
 from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.locks import dir_lock
 from eaglewire.infra.options import save_config
+from eaglewire.saved.checkpoint import load_checkpoint
 from eaglewire.targets.fingerprint import chat_template_hash
 from eaglewire.targets.load import load_target
 from eaglewire.training.loop import run_train

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eaglewire.export.config import DEPTH
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
+from eaglewire.saved.depth import DEPTH
 from eaglewire.targets.points import DEFAULT_ENGINE
 from eaglewire.targets.producers import PRODUCER_HELP
 
@@ -63,6 +63,7 @@ class DoctorOnlineConfig:
                            "(optionally ==VERSION)", aliases=("--engine",))
     samples: int = opt(4, "dataset samples to decode", ge=1)
     max_new_tokens: int = opt(48, "tokens to decode per sample")
+    depth: int = opt(DEPTH, "draft tokens per round, online and in the offline tau it is compared with", ge=1)
     json: bool = json_flag()
 
 
@@ -80,8 +81,9 @@ class DoctorLiveConfig:
                             "(`data build --prompts`); its prompts are sent, and the prediction is the offline "
                             "acceptance on its stored features (an estimate: catches collapsed acceptance, not a "
                             "slightly shifted slot)")
-    p_min: float = opt(0.0, "llama.cpp: the server's --spec-draft-p-min (llama-server does not report it); the "
-                       "prediction stops drafting where llama.cpp does", ge=0, lt=1)
+    p_min: float | None = opt(None, "llama.cpp: the server's --spec-draft-p-min (llama-server does not report it); the "
+                              "prediction stops drafting where llama.cpp does; default: the gate `eaglewire serve` "
+                              "recorded for this run (its serve.json), else 0", ge=0, lt=1)
     deadline: float = opt(900.0, "seconds the whole check may take once the server is contacted (every request "
                           "to it and eaglewire's prediction); a server too slow for it ends in one line saying how "
                           "far the check got", gt=0, le=86400)

@@ -18,11 +18,12 @@ import torch
 
 from eaglewire.data.dataset import FeatureDataset
 from eaglewire.data.manifest import manifest_hash
-from eaglewire.doctor.acceptance import chain_stats
+from eaglewire.decoding.acceptance import chain_stats
 from eaglewire.doctor.heldout import per_category, shipped_categories
 from eaglewire.doctor.verdict import Report
 from eaglewire.drafter.vocabmap import duplicate_target
-from eaglewire.export.provenance import Provenance
+from eaglewire.saved.depth import DEPTH
+from eaglewire.saved.provenance import Provenance
 
 
 def heldout_indices(prov: Provenance, data_dir, ds) -> tuple[list[int], str, bool]:
@@ -70,7 +71,7 @@ def _add_categories(rep: Report, model, ds, head_w, depth: int, tokenizer) -> No
         f"{c} {v['mean_acceptance_length']:.2f}" for c, v in sorted(per.items(), key=lambda kv: -kv[1]["mean_acceptance_length"])))
 
 
-def doctor_drafter(model, prov: Provenance, data_dir, head_w: torch.Tensor, num_samples: int = 64, depth: int = 4,
+def doctor_drafter(model, prov: Provenance, data_dir, head_w: torch.Tensor, num_samples: int = 64, depth: int = DEPTH,
                    tokenizer=None) -> Report:
     """`tokenizer`: when given and the dataset answers the shipped held-out prompts, also per category."""
     rep = Report("drafter")

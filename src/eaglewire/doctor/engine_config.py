@@ -15,9 +15,10 @@ from safetensors import safe_open
 
 from eaglewire.doctor.gguf_config import doctor_config_gguf
 from eaglewire.doctor.verdict import Report
-from eaglewire.export.checkpoint import corrupt_weights
-from eaglewire.export.formats import NOT_SERVABLE_KEY, read_config_json
+from eaglewire.export.gguf import arch_refusal
 from eaglewire.infra.errors import EaglewireError, did_you_mean
+from eaglewire.saved.checkpoint import corrupt_weights
+from eaglewire.saved.formats import NOT_SERVABLE_KEY, read_config_json
 from eaglewire.targets.points import (
     Engine,
     Point,
@@ -136,11 +137,17 @@ def _check_shapes(cfg: dict, shapes: dict, rep: Report) -> None:
             "re-export the drafter so config.json and the weights come from one checkpoint")
 
 
+# the rows that read the weights: a config-only directory skips them, and says so (row and JSON `skipped`)
+WEIGHT_CHECKS = ("tensors", "values", "sizes", "d2t", "fc")
+
+
 def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
     files = sorted(d.glob("*.safetensors"))
     if not files:
-        rep.add("weights", False, f"no *.safetensors in {d}: config only, so tensor names, sizes, values, d2t and fc "
-                "are not checked", "run it on the directory the engine loads (config.json + weights)", level="warning")
+        why = f"no *.safetensors in {d}: config only"
+        rep.data["skipped"] = {"checks": list(WEIGHT_CHECKS), "why": why}  # a JSON reader sees the gap too
+        rep.add("weights", False, f"{why}, so these checks were skipped: {', '.join(WEIGHT_CHECKS)} (they read the "
+                "weights)", "run it on the directory the engine loads (config.json + weights)", level="warning")
         return
     shapes = {}
     for fp in files:
@@ -398,7 +405,11 @@ def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[st
     if eng.name == "llama.cpp":  # a GGUF: its metadata, not a config.json, holds the ids
         if trained_with is not None:
             raise EaglewireError("--trained-with reads a config.json; for a GGUF name the points: --trained-points")
-        return doctor_config_gguf(Path(d), eng, L, trained, trained_cfg)
+        rep = doctor_config_gguf(Path(d), eng, L, trained, trained_cfg)
+        if refusal := arch_refusal(eng.arch):
+            rep.add("target class", False, refusal, "serve this target with an engine that captures from its class "
+                    "(`eaglewire inspect --target ...` lists each engine's answer)")
+        return rep
     rep = Report("config")
     p, cfg = read_config_json(d)
     if _not_servable(rep, cfg, Path(d), eng):

@@ -13,7 +13,7 @@ import torch
 from eaglewire.data.dataset import FeatureDataset
 from eaglewire.data.heldout import heldout_prompts_path
 from eaglewire.data.jsonl import read_jsonl
-from eaglewire.doctor.acceptance import chain_stats
+from eaglewire.decoding.acceptance import chain_stats
 
 
 def shipped_categories(ds: FeatureDataset, tokenizer) -> list[str] | None:

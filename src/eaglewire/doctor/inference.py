@@ -16,12 +16,13 @@ from pathlib import Path
 import torch
 
 from eaglewire.data.dataset import FeatureDataset
+from eaglewire.decoding.acceptance import chain_stats
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
-from eaglewire.doctor.acceptance import chain_stats
 from eaglewire.doctor.dataset import MATCH_REL_ERR, all_points, dataset_tolerance
 from eaglewire.doctor.verdict import Report
-from eaglewire.export.provenance import Provenance
 from eaglewire.infra.device import dtype_name
+from eaglewire.saved.depth import DEPTH
+from eaglewire.saved.provenance import Provenance
 from eaglewire.targets.capture import capture
 from eaglewire.targets.points import parse_points
 
@@ -50,13 +51,13 @@ def _name_slot(target, ids: torch.Tensor, online: torch.Tensor, tol: float = MAT
     return best if errs[best] < tol else None
 
 
-def compare_sample(engine, target, item: dict, max_new_tokens: int, mode: str):
+def compare_sample(engine, target, item: dict, max_new_tokens: int, mode: str, depth: int = DEPTH):
     ids, mask = item["input_ids"], item["loss_mask"]
     a = int(mask.float().argmax()) if bool(mask.any()) else len(ids)
     rows = _record_features(engine)
     # min_prob=0: every round drafts to full depth, as the offline tau it is compared with assumes
     res = engine.generate(ids[:a].tolist(), SpecConfig(mode=mode, max_new_tokens=max_new_tokens, temperature=0.0,
-                                                       min_prob=0.0))
+                                                       min_prob=0.0, depth=depth))
     gen = torch.tensor(res.token_ids)
     ref = ids[a:a + len(gen)]
     m = int((torch.cumprod((gen[: len(ref)] == ref).long(), 0)).sum())
@@ -70,7 +71,7 @@ def compare_sample(engine, target, item: dict, max_new_tokens: int, mode: str):
 
 
 def doctor_online(target, drafter, prov: Provenance, data_dir: Path, serve_points=None, num_samples: int = 4,
-                  max_new_tokens: int = 48, depth: int = 4) -> Report:
+                  max_new_tokens: int = 48, depth: int = DEPTH) -> Report:
     rep = Report("online")
     ds = FeatureDataset(data_dir, verify=False, check_order=False)
     # the engine's forward runs in the target's dtype: its allowance joins the dataset's
@@ -82,7 +83,7 @@ def doctor_online(target, drafter, prov: Provenance, data_dir: Path, serve_point
     worst = [0.0] * len(trained)
     named: dict[int, str | None] = {}
     for i in range(min(num_samples, len(ds))):
-        res, slots, got, ids = compare_sample(engine, target, ds[i], max_new_tokens, "chain")
+        res, slots, got, ids = compare_sample(engine, target, ds[i], max_new_tokens, "chain", depth)
         worst = [max(w, s) for w, s in zip(worst, slots)]
         for j, s in enumerate(slots):
             if s >= tol and j not in named:
@@ -97,7 +98,7 @@ def doctor_online(target, drafter, prov: Provenance, data_dir: Path, serve_point
     off = chain_stats(drafter, ds, head, num_samples, depth)
     tau = total.tau if total is not None else None
     pred = off["mean_acceptance_length"]  # rounds as decoding takes them: what the engine's tau counts
-    rep.data.update(online_tau=tau, offline_tau=pred, served=[p.name for p in served],
+    rep.data.update(online_tau=tau, offline_tau=pred, depth=depth, served=[p.name for p in served],
                     trained=[p.name for p in trained], slot_rel_err=worst, tolerance=tol)
     close = tau is not None and tau >= 0.75 * pred
     cause = "" if close else (" - features differ from training: a wiring bug" if any(w >= tol for w in worst)

@@ -41,8 +41,8 @@ from pathlib import Path
 import torch
 
 from eaglewire.data.dataset import FeatureDataset, collate
+from eaglewire.decoding.acceptance import decode_rounds, round_masks, unroll_predictions
 from eaglewire.decoding.engine import SpecConfig
-from eaglewire.doctor.acceptance import decode_rounds, round_masks, unroll_predictions
 from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.doctor.records import trained_model_config
 from eaglewire.doctor.verdict import Check, Report
@@ -390,19 +390,21 @@ def _draft_tokens(rep: Report, served: Acceptance, predicted: Acceptance) -> Non
 
 def doctor_live(url: str, engine, prompts: list[list[int]], max_new_tokens: int, static_check=None,
                 offline=None, target: list[str] | None = None, p_min: float = 0.0,
-                deadline_s: float = DEFAULT_DEADLINE_S, say: Callable[[str], None] | None = None) -> Report:
+                deadline_s: float = DEFAULT_DEADLINE_S, say: Callable[[str], None] | None = None,
+                gate_from: str = "") -> Report:
     """`engine`: eaglewire's SpecEngine with the trained drafter, or None with `offline(depth) -> Acceptance`
     (targets too big to run here); `static_check(Engine) -> Report | None` runs `doctor config` on what the
     server loaded (called on a FAIL, to name the fix); `target`: names of the drafter's target (its source, its
     directory): a server running another model is refused before anything is compared; `p_min`: llama-server's
-    --spec-draft-p-min; `deadline_s`: the whole check, network waits and prediction (`say`: progress lines,
-    default stderr)."""
+    --spec-draft-p-min (`gate_from`: the record it came from, not the user: then it applies to llama.cpp only);
+    `deadline_s`: the whole check, network waits and prediction (`say`: progress lines, default stderr)."""
     prog = Progress(url, deadline_s, len(prompts), **({"say": say} if say is not None else {}))
     prog.say(f"[live] checking {url} on {len(prompts)} prompts of up to {max_new_tokens} new tokens; deadline "
              f"{deadline_s:g} s for the whole check (--deadline)")
     try:
         with deadline(deadline_s, f"{url}: doctor live's deadline of {deadline_s:g} s ran out"):
-            return _live_check(url, engine, prompts, max_new_tokens, static_check, offline, target, p_min, prog)
+            return _live_check(url, engine, prompts, max_new_tokens, static_check, offline, target, p_min, prog,
+                               gate_from)
     except EaglewireError as e:
         if isinstance(e, DeadlineExpired) or time.monotonic() - prog.t0 >= deadline_s:
             raise prog.expired_error() from e
@@ -410,14 +412,17 @@ def doctor_live(url: str, engine, prompts: list[list[int]], max_new_tokens: int,
 
 
 def _live_check(url: str, engine, prompts: list[list[int]], max_new_tokens: int, static_check, offline,
-                target: list[str] | None, p_min: float, prog: Progress) -> Report:
+                target: list[str] | None, p_min: float, prog: Progress, gate_from: str = "") -> Report:
     rep = Report("live")
     eng = engine_of(url)
+    if gate_from and eng.name != "llama.cpp":  # the record's gate was llama-server's; this server drafts ungated
+        p_min, gate_from = 0.0, ""
     if p_min and (eng.name != "llama.cpp" or offline is not None):
         raise EaglewireError(f"--p-min {p_min}: only llama.cpp gates its drafts, and only a prediction that runs the "
                              f"target can gate the same way ({url} is {eng.label()}"
                              + (", checked offline)" if offline is not None else ")"))
-    rep.add("engine", True, f"{eng.label()} at {url}" + "".join(f"; assumed: {a}" for a in eng.assumptions()))
+    gate = f"; gate --spec-draft-p-min {p_min:g} as {gate_from} records (--p-min overrides)" if gate_from else ""
+    rep.add("engine", True, f"{eng.label()} at {url}{gate}" + "".join(f"; assumed: {a}" for a in eng.assumptions()))
     try:
         served, depth = served_acceptance(url, prompts, max_new_tokens, target, eng, prog)
     except ImpossibleCounters as e:  # nothing measured here can be compared: the server, not the wiring, is at fault

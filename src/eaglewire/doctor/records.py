@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 from eaglewire.doctor.engine_config import ENGINES
-from eaglewire.export.checkpoint import read_provenance, resolve_dir
 from eaglewire.export.exporter import RECORD
-from eaglewire.export.formats import DRAFTER_KEY, ID_ENGINE
-from eaglewire.export.provenance import FILE as PROVENANCE
 from eaglewire.infra.atomic import read_json
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import read_provenance, resolve_dir
+from eaglewire.saved.formats import DRAFTER_KEY, ID_ENGINE
+from eaglewire.saved.provenance import FILE as PROVENANCE
 from eaglewire.targets.fingerprint import TargetFingerprint
 
 SERVE_RECORD = "serve.json"  # beside the export `eaglewire serve` wrote: what its server loaded
@@ -86,24 +86,55 @@ def trained_model_config(src: Path) -> dict | None:
     return None
 
 
-def recorded_export(ckpt: Path) -> Path | None:
-    """The export `eaglewire serve` wrote for this checkpoint (what its server loaded), if any.
-
-    serve writes it under the record's own directory; a path leading elsewhere is refused (a record
-    can come with a run from someone else), except the same name beside the record (a moved run).
-    """
+def _serve_record(ckpt: Path) -> tuple[Path, dict] | None:
+    """(where, what) of the record `eaglewire serve` wrote beside this checkpoint's run, if any."""
     rec = ckpt.parent / "serve" / SERVE_RECORD
     if not rec.is_file():
         return None
     raw = read_json(rec, f"no {SERVE_RECORD}")
-    exp = raw.get("export") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict):
+        raise EaglewireError(f"{rec}: expected a JSON object (the record `eaglewire serve` writes)")
+    return rec, raw
+
+
+def recorded_export(ckpt: Path) -> Path | None:
+    """The export `eaglewire serve` wrote for this checkpoint (what its server loaded), if any.
+
+    serve writes it under the record's own directory, named relative to it; records written before that
+    name it relative to serve's working directory, so an existing directory of that name inside the record's
+    directory is taken too. A path leading elsewhere is refused (a record can come with a run from someone
+    else), except the same name beside the record (a moved run).
+    """
+    found = _serve_record(ckpt)
+    if found is None:
+        return None
+    rec, raw = found
+    exp = raw.get("export")
     if not isinstance(exp, str) or not exp.strip():
         raise EaglewireError(f"{rec}: field export = {str(exp)[:40]}: expected the path of the export its server "
                              "loaded (rerun `eaglewire serve`, or remove the record)")
+    home = rec.parent.resolve()
     path = Path(exp) if Path(exp).is_absolute() else rec.parent / exp
-    if path.resolve().is_relative_to(rec.parent.resolve()):
+    inside = path.resolve().is_relative_to(home)
+    if inside and path.exists():
         return path
-    moved = rec.parent / Path(exp).name
-    if not Path(exp).is_absolute() or not moved.is_dir() or Path(exp).name in ("", ".", ".."):
+    for old in (Path(exp), rec.parent / Path(exp).name):  # an older record's (cwd-relative), a moved run's
+        if Path(exp).name not in ("", ".", "..") and old.exists() and old.resolve().is_relative_to(home):
+            return old
+    if not inside:
         raise EaglewireError(f"{rec}: field export = {exp[:80]}: outside {rec.parent} (serve writes its export there)")
-    return moved
+    return path
+
+
+def recorded_gate(ckpt: Path) -> tuple[float | None, Path | None]:
+    """(the --spec-draft-p-min `eaglewire serve` started llama-server with, the record saying so): `doctor live`
+    predicts with the server's gate, which llama-server does not report. (None, None) without a record or a gate."""
+    found = _serve_record(ckpt)
+    if found is None or found[1].get("p_min") in (None, 0):
+        return None, None
+    rec, raw = found
+    p = raw["p_min"]
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise EaglewireError(f"{rec}: field p_min = {str(p)[:40]}: expected llama.cpp's --spec-draft-p-min, a number "
+                             "in [0, 1) (rerun `eaglewire serve`, or pass doctor live --p-min)")
+    return float(p), rec

@@ -1,4 +1,7 @@
-"""EAGLE-3 draft model: config, model code and training-time test (TTT)."""
+"""EAGLE-3 draft model: config, model code and training-time test (TTT).
+
+May import: targets.
+"""
 
 from eaglewire.drafter.config import DrafterConfig
 from eaglewire.drafter.model import Eagle3Drafter, causal_mask

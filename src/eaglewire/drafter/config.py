@@ -135,14 +135,14 @@ class DrafterConfig:
         """
         cfg = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
         hidden = int(cfg.hidden_size)
-        heads = int(cfg.num_attention_heads)
+        heads, kv_heads, head_dim = _attention_geometry(cfg, hidden)
         theta, scaling = _rope_from(cfg)
         values: dict[str, Any] = {
             "hidden_size": hidden,
             "intermediate_size": int(getattr(cfg, "intermediate_size", None) or 4 * hidden),
             "num_attention_heads": heads,
-            "num_key_value_heads": int(getattr(cfg, "num_key_value_heads", None) or heads),
-            "head_dim": int(getattr(cfg, "head_dim", None) or hidden // heads),
+            "num_key_value_heads": kv_heads,
+            "head_dim": head_dim,
             "rms_norm_eps": float(
                 getattr(cfg, "rms_norm_eps", None) or getattr(cfg, "layer_norm_eps", None) or 1e-6
             ),
@@ -156,6 +156,27 @@ class DrafterConfig:
         }
         values.update(overrides)
         return cls.from_dict(values)
+
+
+def _attention_geometry(cfg: Any, hidden: int) -> tuple[int, int, int]:
+    """(heads, kv heads, head_dim) of the drafter's one Llama attention layer.
+
+    Copied from the target where the target's attention is Llama-like. An MLA target (DeepSeek-V2/V3,
+    Kimi-K2/K2.5: ``kv_lora_rank`` set) has no such geometry: transformers sets its ``head_dim`` to the
+    rope part alone (``qk_rope_head_dim``, 64 on DeepSeek-V3), which would give a drafter of 7168 / 64
+    narrow heads whose product is not the hidden size (the official EAGLE export refuses it). The
+    published drafters for these targets use full-width heads of ``v_head_dim`` (128): SpecForge's
+    ``configs/deepseek-v3-671b-eagle3.json`` has 56 heads for hidden 7168, i.e. hidden // 128, which is
+    what this gives (its Kimi-K2.5 config chose 64 x 128; pass ``num_attention_heads``/``head_dim`` to
+    match it). Multi-head (kv heads = heads): MLA's kv heads are latent, there is no count to copy.
+    """
+    heads = int(cfg.num_attention_heads)
+    if getattr(cfg, "kv_lora_rank", None):
+        head_dim = int(getattr(cfg, "v_head_dim", None) or hidden // heads)
+        mla_heads = max(1, hidden // head_dim)
+        return mla_heads, mla_heads, head_dim
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    return heads, kv_heads, int(getattr(cfg, "head_dim", None) or hidden // heads)
 
 
 def _rope_from(cfg: Any) -> tuple[float, dict[str, Any] | None]:

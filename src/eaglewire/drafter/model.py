@@ -36,6 +36,7 @@ from transformers.models.llama.modeling_llama import (
     repeat_kv,
 )
 
+from eaglewire.drafter.attention import causal_attention, causal_attention_lse
 from eaglewire.drafter.config import DrafterConfig
 
 KV = tuple[torch.Tensor, torch.Tensor]
@@ -156,10 +157,10 @@ class DrafterAttention(nn.Module):
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         scale = self.hd**-0.5
         if not steps:  # step 0: plain causal attention over the new keys
-            out = _causal_attention(q, k, v, scale)  # [B, nh, T, hd]
+            out = causal_attention(q, k, v, scale)  # [B, nh, T, hd]
         else:
             k0, v0 = steps[0]
-            o0, lse0 = _causal_attention_lse(q, k0, v0, scale)  # [B, nh, T, hd], [B, nh, T]
+            o0, lse0 = causal_attention_lse(q, k0, v0, scale)  # [B, nh, T, hd], [B, nh, T]
             rep = self.nh // self.nkv
             kd = torch.stack([kj for kj, _ in steps[1:]] + [k], dim=2)  # [B, nkv, k, T, hd]
             vd = torch.stack([vj for _, vj in steps[1:]] + [v], dim=2)  # [B, nkv, k, T, hd]
@@ -174,104 +175,6 @@ class DrafterAttention(nn.Module):
             out = out.flatten(1, 2)  # [B, nh, T, hd]
         out = self.o_proj(out.transpose(1, 2).reshape(b, t, self.nh * self.hd))  # [B, T, H]
         return out, (k, v)
-
-
-def _causal_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """Causal GQA attention ``[B, nh, T, hd]`` over ``[B, nkv, T, hd]`` keys (SDPA)."""
-    rep = q.shape[1] // k.shape[1]
-    if q.device.type == "cpu":
-        return F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, scale=scale, enable_gqa=rep > 1
-        )
-    return F.scaled_dot_product_attention(
-        q, repeat_kv(k, rep), repeat_kv(v, rep), is_causal=True, scale=scale
-    )
-
-
-_cpu_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-_cpu_flash_bwd = getattr(
-    torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None
-)
-_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
-
-
-class _CPUFlashCausalLSE(torch.autograd.Function):
-    """Causal GQA attention on CPU's flash kernel returning (out, lse), both differentiable.
-
-    The kernel's backward only knows ``dout``; it forms dS = P * (dP - D) with
-    D = rowsum(dout * out). A gradient ``dlse`` enters as dS = P * (dP - D +
-    dlse), which the unmodified kernel computes when handed one extra head
-    column: zero in q, k, v, ``-dlse`` in ``out`` and 1 in ``dout`` (scores and
-    dP are unchanged, D becomes D - dlse).
-    """
-
-    @staticmethod
-    def forward(ctx, q, k, v, scale):  # noqa: ANN001, ANN205
-        out, lse = _cpu_flash(q, k, v, 0.0, True, scale=scale)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.scale = scale
-        ctx.set_materialize_grads(False)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, dout, dlse):  # noqa: ANN001, ANN205
-        q, k, v, out, lse = ctx.saved_tensors
-        if dout is None and dlse is None:
-            return None, None, None, None
-        if dout is None:
-            dout = torch.zeros_like(out)
-        if dlse is None:
-            grads = _cpu_flash_bwd(dout, q, k, v, out, lse, 0.0, True, scale=ctx.scale)
-            return grads[0], grads[1], grads[2], None
-        hd = q.shape[-1]
-        pad = (0, 1)
-        out_x = torch.cat([out, -dlse.unsqueeze(-1).to(out.dtype)], dim=-1)
-        dq, dk, dv = _cpu_flash_bwd(
-            F.pad(dout, pad, value=1.0),
-            F.pad(q, pad),
-            F.pad(k, pad),
-            F.pad(v, pad),
-            out_x,
-            lse,
-            0.0,
-            True,
-            scale=ctx.scale,
-        )
-        return dq[..., :hd], dk[..., :hd], dv[..., :hd], None
-
-
-def _causal_attention_lse(
-    q: torch.Tensor,  # [B, nh, T, hd]
-    k: torch.Tensor,  # [B, nkv, T, hd]
-    v: torch.Tensor,  # [B, nkv, T, hd]
-    scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal GQA attention and its log-sum-exp: ``([B, nh, T, hd], [B, nh, T])``.
-
-    CPU: the flash kernel (never materialises T x T, skips the upper blocks).
-    Elsewhere: grouped matmul + causal mask + logsumexp, differentiable by autograd.
-    """
-    if q.device.type == "cpu" and _cpu_flash is not None and q.dtype in _FLASH_DTYPES:
-        return _CPUFlashCausalLSE.apply(q, k, v, scale)
-    return _causal_attention_lse_matmul(q, k, v, scale)
-
-
-def _causal_attention_lse_matmul(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference/fallback for :func:`_causal_attention_lse` (materialises T x T scores)."""
-    b, nh, t, hd = q.shape
-    nkv = k.shape[1]
-    qg = q.reshape(b, nkv, (nh // nkv) * t, hd)  # heads of a group stacked on rows
-    s = (qg @ k.transpose(-1, -2)).view(b, nh, t, t) * scale  # [B, nh, T, T]
-    upper = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
-    s = s.masked_fill(upper, float("-inf"))
-    lse = s.logsumexp(dim=-1)  # [B, nh, T]
-    p = (s - lse.unsqueeze(-1)).exp()
-    out = (p.view(b, nkv, -1, t) @ v).view(b, nh, t, hd)
-    return out, lse
 
 
 class DrafterLayer(nn.Module):

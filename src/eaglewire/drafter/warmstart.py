@@ -63,6 +63,21 @@ def _copy_mlp(dst, src) -> None:
     dst.down_proj.weight[:, :i_src].copy_(src.down_proj.weight.to(dst.down_proj.weight))
 
 
+_LLAMA_PARTS = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
+
+
+def _not_llama_shaped(layer) -> str | None:
+    """Why a target decoder layer has no Llama counterpart to copy (MLA attention, a mixture of experts, a
+    linear-attention layer), or None when it has one."""
+    for part, names in _LLAMA_PARTS.items():
+        mod = getattr(layer, part, None)
+        if mod is None:
+            return f"has no {part} ({type(layer).__name__}: e.g. a linear-attention layer)"
+        if missing := [n for n in names if not isinstance(getattr(mod, n, None), torch.nn.Linear)]:
+            return f"has a {type(mod).__name__} {part} without {missing[0]} (MLA, experts or sinks)"
+    return None
+
+
 @torch.no_grad()
 def init_from_target_layer(model: Eagle3Drafter, target_model, points: list[str], deepest_scale: float) -> int:
     """Copy the target layer after the deepest captured point into the EAGLE layer; returns its index.
@@ -80,6 +95,9 @@ def init_from_target_layer(model: Eagle3Drafter, target_model, points: list[str]
     if src_idx >= len(layers):
         raise ValueError(f"no target layer after the deepest captured point of {points}")
     src, dst = layers[src_idx], model.decoder_layers[0]
+    if why := _not_llama_shaped(src):
+        raise ValueError(f"target layer {src_idx} {why}, which the drafter's Llama layer cannot start from; "
+                         "use --init head")
     h = model.config.hidden_size
     for name in ("q_proj", "k_proj", "v_proj"):
         w = getattr(dst.self_attn, name).weight  # [out, 2H], embed half first

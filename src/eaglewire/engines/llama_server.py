@@ -13,6 +13,7 @@ from pathlib import Path
 
 from eaglewire.engines.vllm_server import VllmServer, http_json
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.depth import DEPTH
 
 # The draft gate eaglewire serves llama.cpp with (`--spec-draft-p-min`): of the gates measured on this CPU
 # (0, 0.3, 0.5, 0.7; docs/results.md) 0.5 paid best with the standard drafter, and depth 2 with it.
@@ -22,7 +23,7 @@ DEFAULT_P_MIN = 0.5
 class LlamaSpec:
     target_gguf: Path
     drafter_gguf: Path | None  # `eaglewire export --format gguf` output's drafter.gguf; None = plain serving
-    depth: int = 3  # --spec-draft-n-max
+    depth: int = DEPTH  # --spec-draft-n-max
     port: int = 8080
     host: str = "127.0.0.1"
     ctx: int = 4096

@@ -14,12 +14,14 @@ from eaglewire.infra.errors import EaglewireError
 
 
 def launch_command(target: str, drafter_dir: Path | str, steps: int, topk: int = 1, draft_tokens: int = 0,
-                   host: str = "127.0.0.1", port: int = 30000) -> list[str]:
-    """`python -m sglang.launch_server ...` serving `target` with the exported drafter at `drafter_dir`."""
+                   host: str = "127.0.0.1", port: int = 30000, tp: int = 1) -> list[str]:
+    """`python -m sglang.launch_server ...` serving `target` with the exported drafter at `drafter_dir`: the one
+    place its flags are written (`serve --print-command` and the demo report's suggestion both call it).
+    A chain (topk 1, as here by default) is what `doctor live` can check; `tp` > 1 adds --tp-size."""
     return ["python", "-m", "sglang.launch_server", "--model-path", str(target), "--speculative-algorithm", "EAGLE3",
             "--speculative-draft-model-path", str(drafter_dir), "--speculative-num-steps", str(steps),
             "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(draft_tokens or steps + 1),
-            "--host", host, "--port", str(port)]
+            *(["--tp-size", str(tp)] if tp > 1 else []), "--host", host, "--port", str(port)]
 
 
 def launch_line(*args, **kwargs) -> str:

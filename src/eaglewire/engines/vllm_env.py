@@ -157,3 +157,36 @@ def run_logged(cmd: list[str], log: Path, timeout: int, what: str = "vLLM venv")
 
 if __name__ == "__main__":  # `.ci/run` builds the venv before the tests: python -m eaglewire.engines.vllm_env
     print(ensure_managed())
+
+
+# vLLM 0.32.0 classes whose model file imports transformers' image processors, which import torchvision at module
+# level (vllm/model_executor/models/qwen3_vl.py:38 `from transformers.models.qwen2_vl.image_processing_qwen2_vl
+# import ...`; qwen3_5.py and mllama4.py likewise): the CPU build ships no torchvision, and the server dies
+# inspecting the class ("No module named 'torchvision'"). tests/engines/test_vllm_capture.py imports each in the
+# real venv.
+NEEDS_TORCHVISION = frozenset({"Qwen3VLForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
+                               "Llama4ForConditionalGeneration"})
+# classes whose image processor vLLM 0.32.0 loads at startup, even for text-only requests
+# (vllm/model_executor/models/kimi_k25.py: `cached_get_image_processor`)
+NEEDS_IMAGE_PROCESSOR = frozenset({"KimiK25ForConditionalGeneration"})
+
+
+def has_module(python: Path, name: str) -> bool:
+    """Whether `python` can find module `name` (found, not imported: nothing of it runs)."""
+    code = f"import importlib.util, sys\nsys.exit(importlib.util.find_spec({name!r}) is None)"
+    try:
+        return subprocess.run([str(python), "-c", code], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def startup_refusal(python: Path, target_dir: Path, arch: str) -> str | None:
+    """Why vLLM at `python` will die starting `target_dir` (served as `arch`), when that is known before starting
+    it (minutes saved, and one line instead of a log to read); None when nothing known stops it."""
+    if arch in NEEDS_IMAGE_PROCESSOR and not (Path(target_dir) / "preprocessor_config.json").is_file():
+        return (f"{target_dir}: vLLM {VLLM_VERSION} loads the image processor of {arch} at startup, and there is "
+                "no preprocessor_config.json (copy the checkpoint's)")
+    if arch in NEEDS_TORCHVISION and not has_module(python, "torchvision"):
+        return (f"vLLM at {python} cannot run {arch}: its model file imports torchvision, which that venv lacks "
+                "(vLLM's CPU build ships none); capture in process, or use a vLLM with torchvision")
+    return None

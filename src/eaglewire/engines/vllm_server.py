@@ -20,20 +20,24 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from eaglewire.engines.http import ChatClient, RequestFailed, bounded, read_until
 from eaglewire.infra.children import child_env, kill_group, start_child
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.depth import DEPTH
 from eaglewire.targets.codecheck import refuse_foreign_code
+
+PROGRESS_EVERY_S = 30.0  # a line while a server starts: often enough to show life, rarely enough to read
 
 
 @dataclass
 class ServeSpec:
     target_dir: Path  # an HF model directory (vLLM loads it itself)
     drafter_dir: Path | None  # an `eaglewire export --format vllm` directory; None = plain serving
-    depth: int = 3  # num_speculative_tokens
+    depth: int = DEPTH  # num_speculative_tokens
     port: int = 8000
     host: str = "127.0.0.1"
     dtype: str = "auto"  # vLLM --dtype (float32 on CPU matches our fp32 engine)
@@ -107,10 +111,12 @@ class VllmServer:
         """No model code reaches the server: no --trust-remote-code, no directory whose configs name code."""
         if any(a.split("=")[0] == "--trust-remote-code" for a in self.command):
             raise EaglewireError(f"{self.name}: --trust-remote-code is not passed by eaglewire (it never runs model code)")
-        for d in self.model_dirs():
-            refuse_foreign_code(Path(d), self.name)
+        for d in self.model_dirs():  # not strict: the command passes no --trust-remote-code (codecheck's doc)
+            refuse_foreign_code(Path(d), self.name, strict=False)
 
-    def start(self, timeout: float = 600) -> VllmServer:
+    def start(self, timeout: float = 600, say: Callable[[str], None] | None = None) -> VllmServer:
+        """Start and wait until healthy; `say`: a progress line when the wait begins and every PROGRESS_EVERY_S
+        seconds after (a vLLM start takes minutes on a CPU: silence looks like a hang)."""
         self.check_inputs()
         if not port_free(self.spec.host, self.spec.port):
             raise EaglewireError(f"--port {self.spec.port}: already in use on {self.spec.host} (choose another port)")
@@ -118,15 +124,20 @@ class VllmServer:
         env = child_env({"VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"), **self.env}, offline=False)
         self.proc = start_child(self.command, self.log, env)
         try:
-            self._wait_healthy(timeout)
+            self._wait_healthy(timeout, say)
         except BaseException:  # Ctrl-C too: the server has its own session and would outlive us
             self.stop()
             raise
         return self
 
-    def _wait_healthy(self, timeout: float) -> None:
-        t0 = time.monotonic()
+    def _wait_healthy(self, timeout: float, say: Callable[[str], None] | None = None) -> None:
+        t0 = next_say = time.monotonic()
         while time.monotonic() - t0 < timeout:
+            if say is not None and time.monotonic() >= next_say:
+                said = time.monotonic() - t0
+                say(f"[serve] waiting for the {self.name} at {self.spec.url} to become healthy: {said:.0f} of "
+                    f"{timeout:.0f} s (--startup-timeout); log {self.log}" + (f": {self.log_last()}" if said else ""))
+                next_say += PROGRESS_EVERY_S
             if self.proc.poll() is not None:
                 raise EaglewireError(f"{self.name} died during startup (exit {self.proc.returncode}); "
                                      f"log {self.log}: {self.log_tail()}")
@@ -139,6 +150,14 @@ class VllmServer:
             time.sleep(2)
         self.stop()
         raise EaglewireError(f"{self.name} not healthy after {timeout:.0f} s (log {self.log}: {self.log_tail()})")
+
+    def log_last(self) -> str:
+        """The log's last non-empty line, short and printable: what the server is doing while we wait."""
+        try:
+            lines = [ln for ln in sanitized(self.log.read_text(errors="replace")).splitlines() if ln.strip()]
+        except OSError:
+            return "(no log yet)"
+        return sanitized(lines[-1].strip(), 120) if lines else "(empty)"
 
     def log_tail(self, lines: int = 4) -> str:
         """The log's root cause (or last lines) as printable text: the server's bytes are not ours to echo."""

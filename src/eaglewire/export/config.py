@@ -7,13 +7,8 @@ from pathlib import Path
 
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
+from eaglewire.saved.depth import DEPTH  # the one default depth (see there)
 from eaglewire.targets.points import ENGINES
-
-# The one default depth, draft tokens per round, as engines are told it (vLLM num_speculative_tokens,
-# SGLang --speculative-num-steps, speculators speculative_tokens): `generate`, `bench`, `doctor drafter`,
-# `serve` and the exports take it, and every acceptance figure names the depth it was measured at.
-# 3 is vLLM's usual EAGLE-3 setting and the depth held-out acceptance is judged at.
-DEPTH = 3
 
 
 @dataclass
@@ -42,6 +37,8 @@ class ImportConfig:
     target: str = opt("", "target the drafter serves: gives the layer count, the embedding if missing, the fingerprint")
     target_layers: int = opt(0, "the target's decoder layer count when --target is not given (needed to resolve ids)")
     layers_from: str = opt("", f"engine meaning of the stored ids ({', '.join(ENGINES)}); default: the format's own")
+    arch: str = opt("", "the target's class or model_type when --target is not given (e.g. "
+                    "KimiK25ForConditionalGeneration, deepseek_v3): SGLang >= 0.5.13 reads ids per target family")
     format: str = opt("auto", "auto, sglang (SpecForge), vllm, speculators, eagle")
     force: bool = opt(False, "replace --out if it exists")
     json: bool = json_flag()

@@ -16,9 +16,12 @@ from safetensors.torch import save_file
 
 from eaglewire.drafter.vocabmap import duplicate_target
 from eaglewire.export import gguf
-from eaglewire.export.checkpoint import load_checkpoint, resolve_dir
 from eaglewire.export.config import ExportConfig
-from eaglewire.export.formats import (
+from eaglewire.infra.atomic import atomic_dir, check_replace
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.hub import cached_snapshot, is_repo_id
+from eaglewire.saved.checkpoint import load_checkpoint, resolve_dir
+from eaglewire.saved.formats import (
     DRAFTER_KEY,
     ID_ENGINE,
     ID_KEY,
@@ -28,12 +31,10 @@ from eaglewire.export.formats import (
     serving_engine,
     to_format_state,
 )
-from eaglewire.export.weights import check_exported
-from eaglewire.infra.atomic import atomic_dir, check_replace
-from eaglewire.infra.errors import EaglewireError
-from eaglewire.infra.hub import cached_snapshot, is_repo_id
+from eaglewire.saved.weights import check_exported
 from eaglewire.targets.load import resolve_target_dir
 from eaglewire.targets.points import ENGINE_HELP, Engine, version_differences
+from eaglewire.targets.support import capture_refusal
 
 RECORD = "eaglewire.export.json"
 
@@ -102,6 +103,9 @@ def run_export(cfg: ExportConfig) -> dict:
     if points is None or L is None:
         raise EaglewireError(f"{cfg.ckpt}: the provenance names no capture points or layer count")
     eng = serving_engine(fmt, cfg.engine_version, prov.fingerprint.model_type)
+    # an engine that refuses the target's class at startup cannot serve any drafter of it: said before writing
+    if refusal := capture_refusal(ID_ENGINE[fmt], eng.version, prov.fingerprint.arch):
+        raise EaglewireError(f"{cfg.ckpt}: cannot export to {fmt}: {refusal}")
     ids, why = format_ids(fmt, model.config, points, L, eng)
     if why:
         raise EaglewireError(f"{cfg.ckpt}: cannot export to {fmt} for {eng.label()}: " + "; ".join(why))
@@ -145,7 +149,7 @@ def run_export_gguf(cfg: ExportConfig) -> dict:
     L, points = prov.num_layers, prov.points
     if points is None or L is None:
         raise EaglewireError(f"{cfg.ckpt}: the provenance names no capture points or layer count")
-    ids = gguf.llama_ids(model.config, points, L, str(cfg.ckpt))
+    ids = gguf.llama_ids(model.config, points, L, str(cfg.ckpt), prov.fingerprint.arch)
     source = cfg.verifier or prov.target.source
     if not source:
         raise EaglewireError(f"{cfg.ckpt}: the checkpoint records no target; pass --verifier with the target "

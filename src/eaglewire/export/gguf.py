@@ -31,13 +31,14 @@ import torch
 
 from eaglewire.drafter import DrafterConfig
 from eaglewire.engines import llama_env
-from eaglewire.export.weights import check_exported
 from eaglewire.infra.atomic import owned_tmpdir
 from eaglewire.infra.children import child_env, run_child
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.weights import check_exported
 from eaglewire.targets.codecheck import refuse_foreign_code
 from eaglewire.targets.load import cache_dir, checked_dir, default_gguf, resolve_target_dir
 from eaglewire.targets.points import Engine, Point, ids_for_points
+from eaglewire.targets.support import capture_refusal
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
 DRAFTER_FILE = "drafter.gguf"
@@ -62,9 +63,22 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
-def refusals(cfg: DrafterConfig, points: list[Point], num_layers: int) -> list[str]:
-    """Why llama.cpp cannot serve this drafter as trained (empty: it can); read from its eagle3 model and loader."""
-    why = []
+# llama.cpp 0.3.36 feeds an EAGLE-3 drafter the target's layer inputs only from the graphs that mark them
+# (`res->t_layer_inp[il] = inpL`: src/models/llama.cpp, qwen3.cpp, qwen3moe.cpp, openai-moe.cpp, minimax-m2.cpp,
+# qwen3next.cpp, qwen35.cpp, qwen35moe.cpp). On any other graph the first decode aborts in src/llama-graph.cpp:
+# GGML_ASSERT(t_layer_inp[il] != nullptr && "layer input tensor is null"). The HF class -> graph is the
+# converter's registration (conversion/*.py `ModelBase.register`, `model_arch`).
+# The served classes whose graph does not mark them: {class: llama.cpp graph}.
+def arch_refusal(arch: str | None) -> str | None:
+    """Why llama.cpp cannot feed an EAGLE-3 drafter from a target of class `arch` (None: it can, or not known):
+    the per-class facts live with every engine's in `targets.support`."""
+    return capture_refusal("llama.cpp", None, arch)
+
+
+def refusals(cfg: DrafterConfig, points: list[Point], num_layers: int, arch: str | None = None) -> list[str]:
+    """Why llama.cpp cannot serve this drafter as trained (empty: it can); read from its eagle3 model and loader,
+    and, when the target's class is known, from the target's graph."""
+    why = [r] if (r := arch_refusal(arch)) else []
     ids = ids_for_points(points, LLAMA_CPP, num_layers)
     bad = [p.name for p, i in zip(points, ids) if i is None]
     if bad:
@@ -83,8 +97,9 @@ def refusals(cfg: DrafterConfig, points: list[Point], num_layers: int) -> list[s
     return why
 
 
-def llama_ids(cfg: DrafterConfig, points: list[Point], num_layers: int, where: str) -> list[int]:
-    why = refusals(cfg, points, num_layers)
+def llama_ids(cfg: DrafterConfig, points: list[Point], num_layers: int, where: str,
+              arch: str | None = None) -> list[int]:
+    why = refusals(cfg, points, num_layers, arch)
     if why:
         raise EaglewireError(f"{where}: cannot export for llama.cpp: " + "; ".join(why))
     return [int(i) for i in ids_for_points(points, LLAMA_CPP, num_layers)]
@@ -141,9 +156,10 @@ def convert(model_dir: Path, out_file: Path, outtype: str, target_dir: Path | No
         refuse_foreign_code(model_dir, CONVERTER)
         checked_for_converter(target_dir)
     src = llama_env.ensure_source()
-    args = [str(model_dir), "--outfile", str(out_file), "--outtype", outtype]
+    # absolute: the converter runs in out_file's directory, where a path relative to ours names nothing
+    args = [str(Path(model_dir).resolve()), "--outfile", str(Path(out_file).resolve()), "--outtype", outtype]
     if target_dir is not None:
-        args += ["--target-model-dir", str(target_dir)]
+        args += ["--target-model-dir", str(Path(target_dir).resolve())]
     try:
         r = run_converter(src / "convert_hf_to_gguf.py", args, timeout, out_file.parent)
     except subprocess.TimeoutExpired as e:

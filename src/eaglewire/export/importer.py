@@ -23,10 +23,12 @@ from transformers import LlamaConfig
 from eaglewire.drafter import DrafterConfig
 from eaglewire.drafter.config import BOUNDS, MAX_DRAFTER_LAYERS, bounded_count
 from eaglewire.drafter.vocabmap import duplicate_target
-from eaglewire.export.checkpoint import checked_model, save_checkpoint
 from eaglewire.export.config import ImportConfig
 from eaglewire.export.exporter import RECORD
-from eaglewire.export.formats import (
+from eaglewire.infra.atomic import check_replace
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import checked_model, save_checkpoint
+from eaglewire.saved.formats import (
     FORMATS,
     ID_ENGINE,
     ID_KEY,
@@ -35,11 +37,9 @@ from eaglewire.export.formats import (
     from_format_state,
     read_config_json,
 )
-from eaglewire.export.provenance import FILE as PROVENANCE
-from eaglewire.export.provenance import Provenance
-from eaglewire.export.weights import read_weights
-from eaglewire.infra.atomic import check_replace
-from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.provenance import FILE as PROVENANCE
+from eaglewire.saved.provenance import Provenance
+from eaglewire.saved.weights import read_weights
 from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
 from eaglewire.targets.load import load_target
 from eaglewire.targets.points import (
@@ -112,6 +112,20 @@ def _norm_flags(fmt: str, raw: dict, notes: Notes) -> dict:
     return {}
 
 
+def _fc_norm(fmt: str, raw: dict, sd: dict) -> bool:
+    """Whether the drafter has per-slot fc norms: its weights say so, and for vLLM and speculators (which build
+    the norms from config.json's `fc_norm` flag, llama_eagle3.py; speculators/algos.py copies the flag) the flag
+    must agree, or the engine serves something else than the file holds: norms dropped, or refused at load."""
+    has = any(k.startswith("fc_norm.") for k in sd)
+    if fmt in ("vllm", "speculators") and bool(raw.get("fc_norm")) != has:
+        if has:
+            raise EaglewireError("config.json: the weights hold fc_norm.<i>.weight but fc_norm is not true: vLLM 0.32.0 "
+                                 "builds no fc norms then and refuses those weights; set \"fc_norm\": true")
+        raise EaglewireError("config.json: fc_norm = true but the weights hold no fc_norm.<i>.weight: vLLM 0.32.0 "
+                             "would serve norms it never loaded; add the weights or drop the flag")
+    return has
+
+
 def _check_sizes(view: dict, raw: dict) -> None:
     """The sizes a config.json states, bounded by the file's own field names before anything is built."""
     bounds = {**BOUNDS, "num_hidden_layers": MAX_DRAFTER_LAYERS}
@@ -160,7 +174,7 @@ def drafter_config(fmt: str, raw: dict, sd: dict, notes: Notes) -> DrafterConfig
         return DrafterConfig.from_target_config(
             lc, draft_vocab_size=int(dvs), num_aux=num_aux, num_layers=int(view.get("num_hidden_layers", 1)),
             target_hidden_size=target_hidden, norm_before_residual=nbr,
-            fc_norm=any(k.startswith("fc_norm.") for k in sd), **_norm_flags(fmt, raw, notes),
+            fc_norm=_fc_norm(fmt, raw, sd), **_norm_flags(fmt, raw, notes),
             tie_word_embeddings=bool(view.get("tie_word_embeddings", False)) if fmt != "speculators" else False)
     except ValueError as e:
         raise EaglewireError(f"config.json: {e}") from e
@@ -304,8 +318,12 @@ def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
         if "embed_tokens.weight" not in sd:
             raise EaglewireError("weights: no embed_tokens.weight (the official layout reads it from the target): "
                                  "pass --target to copy it")
-        return cfg.target_layers, TargetRecord(source=None, fingerprint=TargetFingerprint.unknown_target(cfg.target_layers)), None
+        fp = TargetFingerprint.unknown_target(cfg.target_layers, model_type=cfg.arch or None)
+        return cfg.target_layers, TargetRecord(source=None, fingerprint=fp), None
 
+    if cfg.arch:
+        raise EaglewireError(f"--arch {cfg.arch!r} with --target {cfg.target!r}: the target says its own class; "
+                             "--arch is for --target-layers alone")
     t = load_target(cfg.target, device="cpu")
     if cfg.target_layers and cfg.target_layers != t.num_layers:
         raise EaglewireError(f"--target-layers {cfg.target_layers} but target {cfg.target!r} has {t.num_layers} layers")

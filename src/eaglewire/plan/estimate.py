@@ -19,7 +19,9 @@ import os
 from eaglewire.data.pipeline import auto_vocab_size
 from eaglewire.infra.device import auto_device_type
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.plan.config import GIB, GPU_MEMORY_GIB, TRAIN_DEFAULTS, PlanConfig
+from eaglewire.plan import hardware
+from eaglewire.plan.config import GIB, TRAIN_DEFAULTS, PlanConfig
+from eaglewire.plan.quant import quantization_config, scheme, weight_bytes
 from eaglewire.plan.shape import drafter_shape, read_config_json, target_config, target_shape
 from eaglewire.targets.points import point_option
 
@@ -40,7 +42,6 @@ CPU_TRAIN_TOK_S = 288.0  # benchmarks/bench_train.py: TTT step, T=1024, 7 steps,
 CPU_REF_DRAFTER_MATMUL = 9_805_824  # that drafter's fc + layer + lm_head weights (planshape.drafter_shape)
 CPU_REF_TTT_STEPS = 7
 MFU_PREFILL = 0.40  # extraction and prompt prefill: large matmuls
-MFU_TRAIN = 0.25  # drafter training: one small layer, TTT unroll, fp32
 DECODE_BW_EFFICIENCY = 0.60  # share of peak HBM bandwidth a decode step reaches
 
 
@@ -67,7 +68,7 @@ def _disk(cfg, s: dict, d: dict, tokens: int) -> dict:
 def _device_memory(cfg, s: dict, d: dict, T: int) -> dict:
     """Bytes on one device per stage; training keeps the drafter in fp32 with AdamW."""
     wb = 2 if cfg.device == "cuda" else 4
-    weights = s["num_parameters"] * wb
+    weights = s["weight_bytes"] if cfg.device == "cuda" else s["num_parameters"] * 4
     kv = s["kv_cache_layers"] * s["kv_values_per_token_per_layer"] * T * cfg.gen_batch_size * wb
     gen = weights + kv + cfg.gen_batch_size * s["vocab_size"] * 4
     act_I = s["active_intermediate"]
@@ -89,17 +90,20 @@ def _device_memory(cfg, s: dict, d: dict, T: int) -> dict:
 
     return {"target_weights": weights, "generate_kv_cache": kv, "generate": per_device(gen),
             "extract": per_device(weights + extract_act), "extract_in_process": weights + extract_act,
+            "generate_one_device": gen,
             "train_drafter": train,
             "online_train": per_device(weights + extract_act, train), "bytes_per_weight": wb}
 
 
-def _host_memory(cfg, s: dict, T: int, in_process: bool) -> dict:
+def _host_memory(cfg, s: dict, d: dict, T: int, in_process: bool) -> dict:
     """Host bytes per rank and per node: every torchrun rank loads its own whole copy of the target.
 
     Extraction in process loads the target on the host before moving it to the device (in bf16 on
     cuda: the peak of that rank before the shard buffer fills; in fp32 on cpu, where it stays).
-    Through vLLM one process drives the server and holds only the buffer. Training (training/loop.py
-    _setup) loads the whole target on the host in fp32 on every rank (embedding, lm_head, fingerprint).
+    Through vLLM one process drives the server and holds only the buffer. Training reads only the
+    embedding, the lm_head and the fingerprint from the target's shards, never the whole target: a rank
+    holds the drafter (its embedding is the target's) in fp32, AdamW's two moments, the target's lm_head
+    in fp32 and one micro-batch of features.
     """
     cap = 2 if cfg.device == "cuda" else 4
     buf = cfg.shard_samples * T * (s["num_points"] + 1) * s["hidden_size"] * cap
@@ -108,11 +112,12 @@ def _host_memory(cfg, s: dict, T: int, in_process: bool) -> dict:
     elif cfg.device == "cpu":
         extract = s["num_parameters"] * 4 + buf
     else:
-        extract = max(s["num_parameters"] * 2, buf)
-    train = s["num_parameters"] * 4 + cfg.samples * T * 8
+        extract = max(s["weight_bytes"], buf)
+    batch = cfg.batch_size * min(T, cfg.max_len) * (s["num_points"] + 1) * s["hidden_size"] * BYTES[cfg.store_dtype]
+    train = d["num_parameters"] * 4 + d["trainable_parameters"] * 8 + s["vocab_size"] * s["hidden_size"] * 4 + batch
     ranks = min(cfg.gpus, cfg.gpus_per_node)
     ext_procs = ranks if in_process else 1
-    return {"per": "rank", "extract": extract, "extract_shard_buffer": buf, "train": train,
+    return {"per": "rank", "extract": extract, "extract_shard_buffer": buf, "train": train, "train_feature_batch": batch,
             "ranks_per_node": ranks, "extract_processes_per_node": ext_procs,
             "node_extract": ext_procs * extract, "node_train": ranks * train}
 
@@ -132,21 +137,25 @@ def host_ram_bytes() -> int | None:
         return None
 
 
-def _sized_memory(cfg: PlanConfig) -> tuple[PlanConfig, str, str]:
-    """`cfg` with the memory the fits verdict compares with, where it came from, and the line saying so.
+def _sized_memory(cfg: PlanConfig, dev: hardware.Device | None, assumed: bool) -> tuple[PlanConfig, str, str]:
+    """`cfg` with the memory the fits verdicts compare with, where it came from, and the line saying so.
 
     On cpu the "device" is this machine: a laptop planning a CPU run must be told about its own RAM,
-    not about an 80 GiB GPU it does not have.
+    not about an 80 GiB GPU it does not have. A bare --device cuda says which GPU it assumed.
     """
     if cfg.device_memory_gib > 0:
         return cfg, "--device-memory-gib", f"fits verdict: against --device-memory-gib {cfg.device_memory_gib:g} GiB per device"
-    if cfg.device == "cuda":
-        return (dataclasses.replace(cfg, device_memory_gib=GPU_MEMORY_GIB), "default",
-                f"fits verdict: against {GPU_MEMORY_GIB:g} GiB per device (an H100; --device-memory-gib sets yours)")
+    if dev is not None:
+        src = "assumed" if assumed else "--device"
+        line = (f"fits verdict: against {dev.memory_gib:g} GiB per device, ASSUMED an {dev.name.upper()} "
+                f"({dev.source}); name yours: --device {'|'.join(hardware.DEVICES)} or --device-memory-gib"
+                if assumed else f"fits verdict: against {dev.memory_gib:g} GiB per device ({dev.name.upper()}, {dev.source})")
+        return dataclasses.replace(cfg, device_memory_gib=dev.memory_gib), src, line
     ram = host_ram_bytes()
+    fallback = hardware.DEVICES[hardware.ASSUMED].memory_gib
     if ram is None:
-        return (dataclasses.replace(cfg, device_memory_gib=GPU_MEMORY_GIB), "default",
-                f"fits verdict: this machine's RAM is unknown; against {GPU_MEMORY_GIB:g} GiB (pass --device-memory-gib)")
+        return (dataclasses.replace(cfg, device_memory_gib=fallback), "default",
+                f"fits verdict: this machine's RAM is unknown; against {fallback:g} GiB (pass --device-memory-gib)")
     return (dataclasses.replace(cfg, device_memory_gib=ram / GIB), "host RAM",
             f"fits verdict: --device cpu runs in this machine's RAM, {ram / GIB:,.1f} GiB (--device-memory-gib overrides)")
 
@@ -169,38 +178,40 @@ def _cpu_rates(cfg, s: dict, d: dict) -> dict:
             "prefill": CPU_EXTRACT_TOK_S * scale}
 
 
-def _gpu_rates(cfg, s: dict, d: dict, T: int) -> dict:
+def _gpu_rates(cfg, s: dict, T: int) -> dict:
+    """Generation and extraction on a GPU: not measured by this project (stated utilisations, printed)."""
     flops, bw = cfg.gpu_tflops * 1e12, cfg.gpu_bandwidth_gbs * 1e9
     attn = 2 * s["kv_cache_layers"] * T * s["num_heads"] * s["head_dim"]  # causal: ~T/2 keys x (QK + PV) x 2 flops
     prefill = flops * MFU_PREFILL / (2 * s["active_parameters"] + attn)
     B, ne, k = cfg.gen_batch_size, s["num_experts"], s["experts_per_token"]
     touched = 1 - (1 - k / ne) ** B if ne else 1.0  # share of routed experts a batch reads per step
-    weight_bytes = (s["num_parameters"] - s["routed_expert_parameters"] * (1 - touched)) * 2
+    weight_bytes = s["weight_bytes"] - s["weight_groups"]["routed_experts"]["bytes"] * (1 - touched)
     kv_bytes = B * s["kv_cache_layers"] * s["kv_values_per_token_per_layer"] * (T / 2) * 2
     step = max((weight_bytes + kv_bytes) / (bw * DECODE_BW_EFFICIENCY),
                2 * s["active_parameters"] * B / (flops * MFU_PREFILL))
-    D, H = d["draft_vocab_size"], s["hidden_size"]
-    frozen_head = D * H if cfg.freeze_head else 0
-    per_tok = cfg.ttt_steps * (6 * (d["matmul_parameters"] - frozen_head) + 4 * frozen_head + 2 * D * H)
-    return {"generate": B / step, "extract": prefill, "train": flops * MFU_TRAIN / per_tok, "prefill": prefill}
+    return {"generate": B / step, "extract": prefill, "prefill": prefill}
 
 
-def _times(cfg, s: dict, d: dict, tokens: int, new_total: int, T: int) -> dict:
-    r = _gpu_rates(cfg, s, d, T) if cfg.device == "cuda" else _cpu_rates(cfg, s, d)
+def _times(cfg, s: dict, d: dict, tokens: int, new_total: int, T: int, train: dict | None) -> dict:
+    r = _gpu_rates(cfg, s, T) if cfg.device == "cuda" else _cpu_rates(cfg, s, d)
+    if train is not None:
+        r["train"] = train["tokens_per_s"]
     n = cfg.gpus
     gen = new_total / r["generate"] / n + (tokens - new_total) / r["prefill"] / n
     ext = tokens / r["extract"] / n
-    train = cfg.epochs * cfg.samples * min(T, cfg.max_len) / r["train"] / n
+    tr = cfg.epochs * cfg.samples * min(T, cfg.max_len) / r["train"] / n
     h = 3600.0
     return {"rates_tokens_per_s_per_device": {k: round(v, 1) for k, v in r.items()},
-            "offline": {"generate_h": gen / h, "extract_h": ext / h, "train_h": train / h, "total_h": (gen + ext + train) / h},
-            "online": {"generate_h": gen / h, "target_forward_h": cfg.epochs * ext / h, "train_h": train / h,
-                       "total_h": (gen + cfg.epochs * ext + train) / h},
-            "device_hours": {"offline": (gen + ext + train) * n / h, "online": (gen + cfg.epochs * ext + train) * n / h}}
+            "train_basis": train["basis"] if train else "measured", "train_is_lower_bound": bool(train and train["lower_bound"]),
+            "offline": {"generate_h": gen / h, "extract_h": ext / h, "train_h": tr / h, "total_h": (gen + ext + tr) / h},
+            "online": {"generate_h": gen / h, "target_forward_h": cfg.epochs * ext / h, "train_h": tr / h,
+                       "total_h": (gen + cfg.epochs * ext + tr) / h},
+            "device_hours": {"offline": (gen + ext + tr) * n / h, "online": (gen + cfg.epochs * ext + tr) * n / h}}
 
 
 def _assumptions(cfg, s: dict) -> list[str]:
     a = [f"parameters: {s['method']}; fields read: {', '.join(s['fields_used'])}",
+         s["quantization_note"] + (" (cuda; --device cpu sizes fp32)" if cfg.device == "cuda" else ""),
          f"disk: exact shard layout of data/extract.py ({s['num_points']} points + target_hidden x H x "
          f"{BYTES[cfg.store_dtype]} B + 5 B ids/mask per token); text ~{TEXT_BYTES_PER_TOKEN:g} B/token",
          f"generation: every conversation is generated to --new-tokens (no early EOS) at batch {cfg.gen_batch_size}, "
@@ -208,17 +219,19 @@ def _assumptions(cfg, s: dict) -> list[str]:
          "online path (`train --online`): the target forward is redone every epoch on the training device; "
          "answers are still generated first; training throughput itself is the same as offline",
          f"--gpus {cfg.gpus}: ideal linear scaling; device memory is per device: a full copy of the target when it "
-         "fits one device, else the target sharded evenly over the devices (tensor parallel); the drafter replicated",
+         "fits one device, else the target sharded evenly over the devices; the drafter replicated",
          "training memory: fp32 drafter + AdamW, activations ~ batch x T x TTT steps x (12H + 3I + 3 draft vocab) x 4 B",
          f"training truncates samples to --max-len {cfg.max_len} tokens (train's default: {TRAIN_DEFAULTS['max_len']}): "
          f"of --seq-len {cfg.seq_len}, training sizes {min(cfg.seq_len, cfg.max_len)} tokens per sample; "
          f"--epochs {cfg.epochs} (train's default: {TRAIN_DEFAULTS['epochs']})",
-         "host memory is per rank: every torchrun rank loads the whole target on the host, in fp32 for training "
-         "(training/loop.py _setup), for extraction before moving it to the device; per node: x min(--gpus, "
-         f"--gpus-per-node) = {min(cfg.gpus, cfg.gpus_per_node)} rank(s)",
-         "capture path: in process when one device holds the whole target (every torchrun rank loads a copy), "
-         f"else vLLM tensor parallel over the smallest power of two of devices holding {VLLM_OVERHEAD:g} x the "
-         "weights (KV cache and activations beside them)"]
+         "host memory is per rank: extraction in process loads the whole target before moving it to the device; "
+         "training reads only embedding, lm_head and fingerprint from the target (fp32 drafter + AdamW moments + "
+         f"lm_head + one micro-batch of features); per node: x min(--gpus, --gpus-per-node) = "
+         f"{min(cfg.gpus, cfg.gpus_per_node)} rank(s)",
+         f"engine setup (vLLM/SGLang): TP divides the attention heads (and KV heads divide it or it them), EP = TP "
+         f"for MoE, TP inside a node and PP across nodes; a device holds its weight share + KV of --gen-batch-size "
+         f"sequences of --seq-len + {hardware.ACTIVATION_RESERVE_GIB:g} GiB activations within "
+         f"{hardware.ENGINE_MEMORY_UTILIZATION:g} of its memory (vLLM's --gpu-memory-utilization default)"]
     if s["kv_cache_layers"] < s["num_layers"]:
         a.append(f"KV cache: {s['kv_cache_layers']} of {s['num_layers']} layers cache per token; the other "
                  "layers are linear attention, whose fixed-size state is not counted")
@@ -230,9 +243,9 @@ def _assumptions(cfg, s: dict) -> list[str]:
                  f"{CPU_EXTRACT_TOK_S:g}, generate {CPU_GEN_TOK_S[64]:g} at batch 64, train {CPU_TRAIN_TOK_S:g} tok/s), "
                  "scaled by active parameters (drafter: by its matmul weights and TTT steps)")
     else:
-        a.append(f"CUDA rates are not measured: extraction/prefill = {cfg.gpu_tflops:g} TFLOP/s x {MFU_PREFILL} / "
-                 f"(2 x active params + attention); decode = max(weight + KV bytes / ({cfg.gpu_bandwidth_gbs:g} GB/s x "
-                 f"{DECODE_BW_EFFICIENCY}), FLOPs); training = {MFU_TRAIN} MFU on 6 x drafter weights x TTT steps")
+        a.append(f"CUDA generation/extraction rates are not measured: prefill = {cfg.gpu_tflops:g} TFLOP/s x "
+                 f"{MFU_PREFILL} / (2 x active params + attention); decode = max(weight + KV bytes / "
+                 f"({cfg.gpu_bandwidth_gbs:g} GB/s x {DECODE_BW_EFFICIENCY}), FLOPs)")
     return a
 
 
@@ -242,73 +255,107 @@ def _target_raw(cfg: PlanConfig) -> tuple[dict, str]:
     return target_config(cfg.target), cfg.target
 
 
-VLLM_OVERHEAD = 1.2  # weights x this: KV cache and activations vLLM reserves beside them (an assumption, printed)
+def _fits(cfg, dev: dict, eng: dict, cap: float) -> dict:
+    """Each stage against one device; a target stage sharded over --gpus fits when the engines' setup does
+    (an even split that ignores TP's divisibility and the engine's memory share would say fits wrongly)."""
+    out = {k: dev[k] <= cap for k in ("generate", "extract", "train_drafter", "online_train")}
+    if cfg.device == "cuda" and cfg.gpus > 1:
+        for k, whole in (("generate", dev["generate_one_device"]), ("extract", dev["extract_in_process"])):
+            if whole > cap:
+                out[k] = out[k] and eng["fits_gpus"]
+    return out
 
 
-def capture_path(cfg, s: dict, dev: dict) -> dict:
-    """Where feature capture fits: in process (one whole target per rank, under torchrun) or in vLLM,
-    whose tensor/expert parallelism splits the target over devices and nodes."""
+def engine_setup(cfg, s: dict, T: int) -> dict:
+    """The smallest TP/EP/PP the engines serve the target on, and whether --gpus provides it."""
+    kv = s["kv_cache_layers"] * s["kv_values_per_token_per_layer"] * T * cfg.gen_batch_size * 2
+    setup = hardware.smallest_setup(s, s["weight_bytes"], kv, cfg.device_memory_gib * GIB, cfg.gpus_per_node)
+    fits = setup is not None and setup["devices"] <= cfg.gpus
+    return {"setup": setup, "fits_gpus": fits, "gpus": cfg.gpus, "kv_cache_bytes": kv,
+            "line": hardware.setup_line(setup)}
+
+
+def capture_path(cfg, s: dict, dev: dict, eng: dict) -> dict:
+    """Where feature capture fits: in process (one whole target per rank, under torchrun) or in vLLM over
+    the smallest setup the engines would serve the target on."""
     cap = cfg.device_memory_gib * GIB
     if dev["extract_in_process"] <= cap:
         return {"path": "in process", "devices_needed": 1,
                 "command": f"torchrun --nproc_per_node {cfg.gpus} -m eaglewire.cli data extract DATA --target T"}
-    need = math.ceil(dev["target_weights"] * VLLM_OVERHEAD / cap)
-    tp = 1 << (need - 1).bit_length()  # vLLM splits heads evenly: a power of two
+    p = eng["setup"]
+    if p is None:
+        return {"path": "none", "devices_needed": None, "command": "no engine setup fits: " + eng["line"]}
+    tp, pp, nodes = p["tensor_parallel_size"], p["pipeline_parallel_size"], p["nodes"]
     flags = f"--engine vllm --tensor-parallel-size {tp}"
-    if s["num_experts"]:
-        flags += " --engine-args '--enable-expert-parallel'"
-    nodes = math.ceil(tp / cfg.gpus_per_node)
-    out = {"path": "vllm" if nodes == 1 else "vllm multi-node", "devices_needed": need, "tensor_parallel_size": tp,
-           "nodes": nodes, "command": f"eaglewire data extract DATA --target T {flags}"}
+    extra = ([f"--pipeline-parallel-size {pp}"] if pp > 1 else []) + (
+        ["--enable-expert-parallel"] if p["expert_parallel_size"] > 1 else [])
+    if extra:
+        flags += f" --engine-args '{' '.join(extra)}'"
+    out = {"path": "vllm" if nodes == 1 else "vllm multi-node", "devices_needed": p["devices"],
+           "tensor_parallel_size": tp, "expert_parallel_size": p["expert_parallel_size"],
+           "pipeline_parallel_size": pp, "nodes": nodes, "command": f"eaglewire data extract DATA --target T {flags}"}
     if nodes > 1:
         out["command"] += (f" --print-command  # then start it on {nodes} nodes (vLLM --nnodes {nodes} "
                            "--node-rank R --master-addr HEAD, --headless on R > 0) and pass --engine-url")
     return out
 
 
-def _sized_device(cfg: PlanConfig) -> tuple[PlanConfig, str | None]:
-    """`cfg` with --device as cpu or cuda, and the line saying what auto picked (None when given).
+def _sized_device(cfg: PlanConfig) -> tuple[PlanConfig, str | None, hardware.Device | None, bool]:
+    """`cfg` with --device as cpu or cuda (and its peaks), the line saying what auto picked (None when
+    given), the named GPU (None on cpu) and whether that GPU was assumed rather than named.
 
     Resolved like every other command's auto, but never checked against this machine: a CPU box
-    plans a GPU cluster with --device cuda.
+    plans a GPU cluster with --device h200.
     """
-    if cfg.device != "auto":
-        return cfg, None
-
-    dev = auto_device_type()
-    why = "a GPU is visible here" if dev == "cuda" else "no GPU here; --device cuda sizes a GPU run"
-    return dataclasses.replace(cfg, device=dev), f"--device auto: sized for {dev} ({why})"
+    note = None
+    if cfg.device == "auto":
+        kind = auto_device_type()
+        why = "a GPU is visible here" if kind == "cuda" else "no GPU here; --device h200 (or another GPU) sizes a GPU run"
+        cfg, note = dataclasses.replace(cfg, device=kind), f"--device auto: sized for {kind} ({why})"
+    if cfg.device == "cpu":
+        return cfg, note, None, False
+    assumed = cfg.device == "cuda"
+    dev = hardware.DEVICES[hardware.ASSUMED if assumed else cfg.device]
+    cfg = dataclasses.replace(cfg, device="cuda", gpu_tflops=cfg.gpu_tflops or dev.bf16_tflops,
+                              gpu_bandwidth_gbs=cfg.gpu_bandwidth_gbs or dev.bandwidth_gbs)
+    return cfg, note, dev, assumed
 
 
 def plan(cfg: PlanConfig) -> dict:
-    cfg, auto_note = _sized_device(cfg)
-    cfg, memory_source, memory_note = _sized_memory(cfg)
+    cfg, auto_note, gpu, assumed = _sized_device(cfg)
+    cfg, memory_source, memory_note = _sized_memory(cfg, gpu, assumed)
     raw, src = _target_raw(cfg)
     s = target_shape(raw, src)
+    sch = scheme(quantization_config(raw))
+    wb = weight_bytes(s, sch)
     names = _points(cfg, s["num_layers"])
     ne, k = s["num_experts"], s["experts_per_token"]
-    s.update(num_points=len(names), points=names,
+    s.update(num_points=len(names), points=names, weight_bytes=wb["total_bytes"], weight_groups=wb["groups"],
+             quantization=wb["scheme"], quantization_note=sch["note"],
              active_intermediate=s.get("expert_intermediate_size", 0) * k if ne else s["intermediate_size"])
     D = min(cfg.vocab_size or auto_vocab_size(s["vocab_size"]), s["vocab_size"])
-    d = drafter_shape(raw, len(names), D, cfg.freeze_head)
+    d = drafter_shape(raw, len(names), D, cfg.freeze_head, cfg.intermediate_size)
     T = cfg.seq_len
     new = cfg.new_tokens or max(1, T * 3 // 4)
     if new > T:
         raise EaglewireError(f"--new-tokens {new}: more than --seq-len {T}")
+    measured = hardware.read_measured(cfg.measured) if cfg.measured is not None else None
+    train = hardware.train_rate(d, cfg.ttt_steps, cfg.freeze_head, gpu, measured) if gpu else None
     tokens = cfg.samples * T
     dev = _device_memory(cfg, s, d, T)
     cap = cfg.device_memory_gib * GIB
-    capture = capture_path(cfg, s, dev)
+    eng = engine_setup(cfg, s, T)
+    capture = capture_path(cfg, s, dev, eng)
+    notes = ([auto_note] if auto_note else []) + [memory_note] + _assumptions(cfg, s) + ([train["line"]] if train else [])
     return {"source": src, "estimate": True, "target": {k: v for k, v in s.items() if k != "fields_used"},
             "drafter": d, "run": {"samples": cfg.samples, "seq_len": T, "new_tokens": new, "tokens": tokens,
                                   "max_len": cfg.max_len, "train_tokens_per_epoch": cfg.samples * min(T, cfg.max_len),
                                   "store_dtype": cfg.store_dtype, "device_type": cfg.device, "gpus": cfg.gpus,
+                                  "device_name": gpu.name if gpu else "cpu", "device_assumed": assumed,
                                   "epochs": cfg.epochs, "device_memory_bytes": cap,
                                   "device_memory_source": memory_source},
             "disk": _disk(cfg, s, d, tokens), "device_memory": dev,
-            "host_memory": _host_memory(cfg, s, T, capture["path"] == "in process"),
-            "fits_one_device": {k: dev[k] <= cap for k in ("generate", "extract", "train_drafter", "online_train")},
-            "capture": capture, "time": _times(cfg, s, d, tokens, cfg.samples * new, T),
-            "assumptions": ([auto_note] if auto_note else []) + [memory_note] + _assumptions(cfg, s)}
-
-
+            "host_memory": _host_memory(cfg, s, d, T, capture["path"] == "in process"),
+            "fits_one_device": _fits(cfg, dev, eng, cap),
+            "engine": eng, "capture": capture, "time": _times(cfg, s, d, tokens, cfg.samples * new, T, train),
+            "assumptions": notes}

@@ -164,7 +164,8 @@ def formula_count(raw: dict, where: str = "config") -> dict:
              + V * H * (1 if g["tie_word_embeddings"] else 2) + H)
     active = total - routed + n_moe * g["experts_per_token"] * moe["expert"]
     return {**g, "num_parameters": total, "active_parameters": active, "routed_expert_parameters": routed,
-            "method": "formula", "fields_used": sorted(set(f.used))}
+            "attention_parameters": _attention_total(f, g) - L * 2 * H, "shared_expert_parameters": n_moe * moe["shared"],
+            "dense_mlp_layers": L - n_moe, "mla": bool(f.raw.get("kv_lora_rank")), "method": "formula", "fields_used": sorted(set(f.used))}
 
 
 def _language_config(raw: dict):
@@ -213,11 +214,18 @@ def target_shape(raw: dict, where: str) -> dict:
     return shape
 
 
-def drafter_shape(raw: dict, num_aux: int, draft_vocab: int, freeze_head: bool) -> dict:
-    """The drafter `train` would build for this target, counted on the meta device."""
-    ns = SimpleNamespace(**text_config(raw))
+def drafter_shape(raw: dict, num_aux: int, draft_vocab: int, freeze_head: bool, intermediate_size: int = 0) -> dict:
+    """The drafter `train` would build for this target, counted on the meta device: derived from the same
+    transformers config train reads (DeepSeek-V3's sets head_dim to qk_rope_head_dim), else the raw fields."""
+    quiet_transformers()
     try:
-        dcfg = DrafterConfig.from_target_config(ns, draft_vocab_size=draft_vocab, num_aux=num_aux)
+        ns = _language_config(raw)
+    except Exception:  # an unknown or broken family: the raw fields decide, as the formula does
+        ns = None
+    ns = ns if ns is not None else SimpleNamespace(**text_config(raw))
+    extra = {"intermediate_size": intermediate_size} if intermediate_size else {}
+    try:
+        dcfg = DrafterConfig.from_target_config(ns, draft_vocab_size=draft_vocab, num_aux=num_aux, **extra)
     except (ValueError, TypeError, AttributeError) as e:
         raise EaglewireError(f"config: cannot derive the drafter's shape ({e})") from e
     with torch.device("meta"):
@@ -226,6 +234,6 @@ def drafter_shape(raw: dict, num_aux: int, draft_vocab: int, freeze_head: bool) 
     counts = {n: p.numel() for n, p in m.named_parameters()}
     trainable = sum(v for n, v in counts.items() if n not in frozen)
     return {"num_parameters": sum(counts.values()), "trainable_parameters": trainable,
-            "frozen_parameters": sum(counts.values()) - trainable, "draft_vocab_size": draft_vocab,
+            "frozen_parameters": sum(counts.values()) - trainable, "draft_vocab_size": draft_vocab, "hidden_size": dcfg.hidden_size,
             "matmul_parameters": sum(v for n, v in counts.items() if n.endswith(".weight") and n != "embed_tokens.weight"
                                      and "norm" not in n), "intermediate_size": dcfg.intermediate_size}

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eaglewire.engines.llama_server import DEFAULT_P_MIN
-from eaglewire.export.config import DEPTH
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
+from eaglewire.plan.hardware import ASSUMED, DEVICES
+from eaglewire.saved.depth import DEPTH
 
 
 @dataclass
@@ -45,4 +46,8 @@ class ServeConfig:
     print_command: bool = opt(False, "print the export and engine commands for another machine (a GPU box) and "
                               "exit: nothing written, no engine looked for, the engine's own dtype and memory "
                               "defaults unless --dtype / --memory-fraction are given")
+    tp: int = opt(0, "--print-command (vLLM, SGLang): tensor-parallel size; 0: the smallest one that fits the "
+                  "target on --gpu devices (plan's sizing; 1 for a target that fits one)", ge=0)
+    gpu: str = opt("", "--print-command: the serving machine's GPU, for the tensor-parallel size; default: "
+                   f"{ASSUMED} (said when used)", choices=("", *DEVICES))
     json: bool = json_flag()

@@ -12,15 +12,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from eaglewire.doctor.records import SERVE_RECORD
 from eaglewire.engines.llama_env import find_server
 from eaglewire.engines.llama_server import LlamaServer, LlamaSpec, llama_command
 from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
 from eaglewire.export.gguf import GGUF_TYPES, checked_for_converter, target_gguf
-from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.serve.config import ServeConfig
+from eaglewire.serve.record import say, say_line, write_record
 from eaglewire.targets.load import resolve_target_dir
 
 
@@ -63,17 +62,21 @@ def start_llamacpp(cfg: ServeConfig, ckpt: Path, source: str, out: Path) -> tupl
     --target-gguf names a type) and would run code it names; nothing is built, converted or written before."""
     checked_for_converter(resolve_target_dir(source))
     binary = find_server(cfg.llama_server)
+    say(cfg, f"[serve] the target as GGUF ({cfg.target_gguf}; converted once, then cached)")
     target = target_file(cfg, source)
+    say(cfg, f"[serve] exporting the drafter as GGUF ({cfg.gguf_type}) into {out / 'llama.cpp'}")
     exp = run_export(ExportConfig(ckpt=ckpt, format="gguf", out=out / "llama.cpp", gguf_type=cfg.gguf_type,
                                   verifier=source, force=True))
     spec = spec_for(cfg, target, Path(exp["out"]).resolve() / "drafter.gguf")
     cmd = llama_command(binary, spec)
     log = out / "llama-server.log"
     res = {"url": spec.url, "command": shlex.join(cmd), "export": exp["out"], "ids": exp["ids"],
-           "engine": exp["engine"], "target": source, "target_gguf": str(target), "log": str(log), "p_min": cfg.p_min}
-    write_json_atomic(out / SERVE_RECORD, res)
+           "engine": exp["engine"], "target": source, "target_gguf": str(target), "log": str(log), "p_min": cfg.p_min,
+           "depth": cfg.depth}
+    write_record(out, res)
     print(f"[serve] {res['command']}", file=sys.stderr, flush=True)
-    return LlamaServer(binary, spec, log).start(timeout=cfg.startup_timeout), res, Path(exp["out"])
+    server = LlamaServer(binary, spec, log).start(timeout=cfg.startup_timeout, say=None if cfg.json else say_line)
+    return server, res, Path(exp["out"])
 
 
 def human(res: dict, rep) -> None:

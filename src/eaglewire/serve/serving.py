@@ -15,25 +15,23 @@ from pathlib import Path
 
 import torch
 
-from eaglewire.data.heldout import heldout_prompts_path
-from eaglewire.decoding.compat import load_drafter_for
-from eaglewire.decoding.engine import SpecEngine
-from eaglewire.decoding.run import encode_prompt_file
-from eaglewire.doctor.live import doctor_live, static_check_for
-from eaglewire.doctor.records import SERVE_RECORD
+from eaglewire.doctor.commands import fitting_prompts, live_check
 from eaglewire.engines.sglang import launch_line
 from eaglewire.engines.vllm_env import find_python, vllm_version
 from eaglewire.engines.vllm_server import ServeSpec, VllmServer, engine_command, serve_command
-from eaglewire.export.checkpoint import read_provenance, resolve_dir
 from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
-from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.output import emit
+from eaglewire.saved.checkpoint import read_provenance, resolve_dir
 from eaglewire.serve import llamacpp
 from eaglewire.serve.config import ServeConfig
+from eaglewire.serve.fit import read_target_config, refuse_misfit, tensor_parallel
+from eaglewire.serve.record import say, say_line, write_record
 from eaglewire.targets.codecheck import refuse_foreign_code
-from eaglewire.targets.load import load_target, resolve_target_dir
+from eaglewire.targets.load import resolve_target_dir
+
+__all__ = ["fitting_prompts", "run_serve"]  # fitting_prompts: serve's check keeps the prompts its server can answer
 
 
 def _python(cfg: ServeConfig):
@@ -63,26 +61,39 @@ def _served_target(source: str) -> str:
     return source
 
 
-def print_commands(cfg: ServeConfig, ckpt: Path, source: str) -> dict:
+def _fitted_tp(cfg: ServeConfig, ckpt: Path, source: str, prov) -> tuple[int, str]:
+    """The drafter refused for a target of another shape; the tensor-parallel size the target needs."""
+    raw = read_target_config(source)
+    if raw is None:
+        return cfg.tp or 1, "--tp" if cfg.tp else "not sized (the target's config is not here)"
+    refuse_misfit(prov, ckpt, source, raw)
+    return tensor_parallel(source, cfg.tp, cfg.gpu)
+
+
+def print_commands(cfg: ServeConfig, ckpt: Path, source: str, prov) -> dict:
     """The export and the engine command for the machine that will serve: run there, in this order.
 
     Nothing is written and no engine is looked for here (this may be a laptop printing for a GPU
     box); the engine's own dtype and memory defaults apply unless the user set them."""
     out = cfg.out or ckpt.parent / "serve"
     export_dir = out / cfg.engine
+    tp, tp_how = _fitted_tp(cfg, ckpt, source, prov)
     version = f" --engine-version {shlex.quote(cfg.engine_version)}" if cfg.engine_version else ""
     export = (f"eaglewire export {shlex.quote(str(ckpt))} --format {cfg.engine}{version} "
               f"--out {shlex.quote(str(export_dir))} --force")
     target = _served_target(source)
     if cfg.engine == "sglang":
-        engine = launch_line(target, export_dir, cfg.depth, host=cfg.host, port=cfg.port)
+        engine = launch_line(target, export_dir, cfg.depth, host=cfg.host, port=cfg.port, tp=tp)
     else:
         spec = ServeSpec(target_dir=Path(target), drafter_dir=export_dir, depth=cfg.depth, port=cfg.port,
                          host=cfg.host, dtype="" if cfg.dtype == "auto" else cfg.dtype,
-                         max_model_len=cfg.max_model_len, memory_fraction=cfg.memory_fraction)
+                         max_model_len=cfg.max_model_len, memory_fraction=cfg.memory_fraction,
+                         extra=["--tensor-parallel-size", str(tp)] if tp > 1 else [])
         engine = shlex.join(serve_command(spec))
+    if tp > 1:
+        print(f"note: tensor-parallel size {tp}: {tp_how}", file=sys.stderr)
     return {"engine": cfg.engine, "export_command": export, "command": engine, "export": str(export_dir),
-            "target": source, "depth": cfg.depth}
+            "target": source, "depth": cfg.depth, "tensor_parallel_size": tp, "tensor_parallel_from": tp_how}
 
 
 def run_serve(cfg: ServeConfig) -> dict:
@@ -94,6 +105,9 @@ def run_serve(cfg: ServeConfig) -> dict:
     if cfg.engine == "llama.cpp":
         out = cfg.out or ckpt.parent / "serve"
         if cfg.print_command:
+            raw = read_target_config(source)
+            if raw is not None:
+                refuse_misfit(prov, ckpt, source, raw)
             res = llamacpp.print_llamacpp(cfg, ckpt, source, out / "llama.cpp")
             emit(res, cfg.json, lambda r: print(f"{r['export_command']}\n{r['command']}"))
             return res
@@ -101,23 +115,25 @@ def run_serve(cfg: ServeConfig) -> dict:
         return _check_and_hold(cfg, ckpt, source, server, res, export_dir, llamacpp.human,
                                "llama-server: OpenAI-compatible /v1 and /completion")
     if cfg.print_command:
-        res = print_commands(cfg, ckpt, source)
+        res = print_commands(cfg, ckpt, source, prov)
         emit(res, cfg.json, lambda r: print(f"{r['export_command']}\n{r['command']}"))
         return res
     if cfg.engine != "vllm":
         raise EaglewireError(f"--engine {cfg.engine}: eaglewire starts and checks vLLM and llama.cpp; --print-command prints "
                              f"the {cfg.engine} command for the machine that will serve")
     out = cfg.out or ckpt.parent / "serve"
-    refuse_foreign_code(resolve_target_dir(source), "vLLM")  # before a venv is built or anything written
+    refuse_foreign_code(resolve_target_dir(source), "vLLM", strict=False)  # vLLM implements native families itself
     py, version = _python(cfg)
+    say(cfg, f"[serve] exporting the drafter for {version or 'vLLM'} into {out / 'vllm'}")
     exp = _export(cfg, ckpt, out, version)
     spec = _spec(cfg, resolve_target_dir(source), Path(exp["out"]).resolve(), "cuda" if torch.cuda.is_available() else "cpu")
     cmd = engine_command(py, spec)
     res = {"url": spec.url, "command": shlex.join(cmd), "export": exp["out"], "ids": exp["ids"], "engine": exp["engine"],
-           "target": source, "log": str(out / "vllm.log")}
-    write_json_atomic(out / SERVE_RECORD, res)
+           "target": source, "log": str(out / "vllm.log"), "depth": cfg.depth}
+    write_record(out, res)
     print(f"[serve] {res['command']}", file=sys.stderr, flush=True)
-    server = VllmServer(py, spec, out / "vllm.log").start(timeout=cfg.startup_timeout)
+    server = VllmServer(py, spec, out / "vllm.log")
+    server.start(timeout=cfg.startup_timeout, say=None if cfg.json else say_line)
     return _check_and_hold(cfg, ckpt, source, server, res, Path(exp["out"]), _human, "OpenAI-compatible")
 
 
@@ -137,42 +153,23 @@ def _check_and_hold(cfg: ServeConfig, ckpt: Path, source: str, server, res: dict
         print(f"ready: {url} ({what}; Ctrl-C stops)", flush=True)
         server.proc.wait()
         raise EaglewireError(f"{server.name} exited ({server.proc.returncode}); log {server.log}: {server.log_tail()}")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # how a server is stopped: said here, so the CLI's generic interrupt line is not
+        server.stop()
+        print(f"stopped: {server.name} at {url} (Ctrl-C); the export and serve.json are kept (run `eaglewire serve` "
+              "again to serve)", file=sys.stderr, flush=True)
         return res
     finally:
         server.stop()
 
 
 def _check(cfg: ServeConfig, ckpt: Path, source: str, url: str, export_dir: Path):
+    """`doctor live` itself (one function for both), on held-out prompts the server can answer whole."""
     if cfg.check_prompts == 0:
         return None
-
-    t = load_target(source)
-    drafter, points, _ = load_drafter_for(t, ckpt)
-    engine = SpecEngine(t, drafter, points)
-    prompts = fitting_prompts(encode_prompt_file(engine, heldout_prompts_path(), cfg.check_prompts)[0],
-                              cfg.max_new_tokens, cfg.max_model_len)
-    arch = t.arch
-    static = static_check_for(export_dir, [p.name for p in points], t.num_layers, arch)
-    return doctor_live(url, engine, prompts, cfg.max_new_tokens, static,
-                       target=[source, str(t.path), str(Path(t.path).resolve())],
-                       p_min=cfg.p_min if cfg.engine == "llama.cpp" else 0.0)
-
-
-def fitting_prompts(prompts: list[list[int]], max_new_tokens: int, max_model_len: int) -> list[list[int]]:
-    """The check prompts the server can answer whole (prompt and new tokens within its context); none is one line
-    naming the sizes, where the server would refuse every request and the check would compare nothing."""
-    fits = [p for p in prompts if len(p) + max_new_tokens <= max_model_len]
-    if not fits:
-        short = min(len(p) for p in prompts)
-        raise EaglewireError(f"--max-model-len {max_model_len}: every one of the {len(prompts)} check prompts needs more "
-                             f"(the shortest is {short} tokens, plus --max-new-tokens {max_new_tokens}): raise "
-                             "--max-model-len, lower --max-new-tokens, or pass --check-prompts 0")
-    if len(fits) < len(prompts):
-        print(f"note: {len(prompts) - len(fits)} of {len(prompts)} check prompts do not fit --max-model-len "
-              f"{max_model_len} with --max-new-tokens {max_new_tokens}; checking the other {len(fits)}",
-              file=sys.stderr)
-    return fits
+    say(cfg, f"[serve] checking {url} before 'ready': {cfg.check_prompts} held-out prompts, served against predicted")
+    return live_check(url, ckpt, source, prompts=None, num_prompts=cfg.check_prompts, max_new_tokens=cfg.max_new_tokens,
+                      served_drafter=export_dir, p_min=cfg.p_min if cfg.engine == "llama.cpp" else 0.0,
+                      max_model_len=cfg.max_model_len, quiet=cfg.json)
 
 
 def failure_line(rep) -> str:

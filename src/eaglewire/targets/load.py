@@ -32,6 +32,7 @@ from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.hub import cached_snapshot, is_repo_id
 from eaglewire.infra.paths import close_path_hint
 from eaglewire.targets.capture import decoder_stack
+from eaglewire.targets.codecheck import json_or_none, refuse_foreign_code
 from eaglewire.targets.ggufinfo import VERSIONS, gguf_byte_order, gguf_tensor_elements
 from eaglewire.targets.hfconfig import check_target_config, check_tokenizer_config
 from eaglewire.targets.tiny import ARCHS, TINY_VERSION, build_tiny
@@ -259,51 +260,18 @@ class Target:
         return sorted({eos} if isinstance(eos, int) else set(eos))
 
 
-def refuse_model_code(path: Path) -> Path:
-    """`path` itself, unless its config or tokenizer config names custom code (`auto_map`): refused in one line.
-
-    transformers would otherwise ask on stdin whether to run the directory's
-    .py files (or run them, answered `y`); eaglewire never runs a model's code.
-    """
-    for name in ("config.json", "tokenizer_config.json"):
-        f = Path(path) / name
-        try:
-            raw = json.loads(f.read_text()) if f.is_file() else None
-        except (ValueError, OSError, RecursionError):
-            continue  # an unreadable file is named by whoever reads it next
-        if isinstance(raw, dict) and raw.get("auto_map"):
-            raise EaglewireError(f"{path}: has custom code (auto_map in {name}); eaglewire never runs model code "
-                                 "(use a target that transformers supports natively)")
-    return path
-
-
 def checked_dir(path: Path) -> Path:
-    """`path` once its configs are safe to hand to transformers: no custom code, sizes bounded, JSON objects."""
-    refuse_model_code(path)
+    """`path` once its configs are safe for eaglewire's loading (trust_remote_code=False): no custom code its
+    config.json could resolve (`codecheck`, not strict: a native family's published auto_map is never imported;
+    a tokenizer's is `_native_tokenizer`'s), sizes bounded, JSON objects."""
+    refuse_foreign_code(path, strict=False, files=("config.json",))
     if (Path(path) / "config.json").is_file():
         check_target_config(path)
     check_tokenizer_config(path)
     return path
 
 
-def checked_target_dir(path: Path) -> Path:
-    """`checked_dir` for eaglewire's own loading: a checkpoint whose family transformers implements natively
-    keeps its auto_map (Kimi-K2.5, Kimi-K2, DeepSeek-V3 ship one), because `families` builds its config and
-    classes from transformers alone and never imports the directory's code. Hand no such directory to
-    outside code (an engine, llama.cpp's converter): those go through `checked_dir`."""
-    raw = _json_or_none(Path(path) / "config.json")
-    if not isinstance(raw, dict) or families.native_model_type(raw) is None:
-        return checked_dir(path)
-    check_target_config(path)
-    check_tokenizer_config(path)
-    return path
-
-
-def _json_or_none(p: Path):
-    try:
-        return json.loads(p.read_text()) if p.is_file() else None
-    except (ValueError, OSError, RecursionError):
-        return None  # named by whoever reads it next
+checked_target_dir = checked_dir  # eaglewire's own loading: the name its callers know
 
 
 def load_target(source: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
@@ -366,7 +334,7 @@ def _native_tokenizer(path: Path):
     """The tokenizer through transformers' own classes. A tokenizer_config with auto_map (its own code) is read
     from tokenizer.json alone, by the fast class, so its code is never resolved; without a tokenizer.json
     (Kimi ships tiktoken.model and a tokenizer .py) there is nothing safe to read: one line says what to add."""
-    raw = _json_or_none(Path(path) / "tokenizer_config.json")
+    raw = json_or_none(Path(path) / "tokenizer_config.json")
     if not (isinstance(raw, dict) and raw.get("auto_map")):
         return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     if not (Path(path) / "tokenizer.json").is_file():
@@ -389,14 +357,14 @@ def load_head_weight(source: str) -> torch.Tensor:
     if broken := broken_weights(d):
         raise EaglewireError(f"target {source!r}: {broken}; download or copy it again")
     for name in ("lm_head.weight", "model.embed_tokens.weight"):  # tied heads store only the embedding
-        got = _read_tensors(d, {name: name})
+        got = read_tensors(d, {name: name})
         if name in got:
             return got[name].float()
     raise EaglewireError(f"target {source!r}: no lm_head.weight or model.embed_tokens.weight (under any "
                          f"wrapper's prefix) in {d}/*.safetensors")
 
 
-def _read_tensors(d: Path, wanted: dict[str, str]) -> dict[str, torch.Tensor]:
+def read_tensors(d: Path, wanted: dict[str, str]) -> dict[str, torch.Tensor]:
     """{param name: tensor} for the text causal LM's names `wanted` ({param name: name}), read from
     d/*.safetensors under the flat name or any wrapper's (`families.shard_names`), flat first."""
     got: dict[str, torch.Tensor] = {}
@@ -436,7 +404,7 @@ def load_skeleton(source: str) -> Target:
     keep = {names[id(p)]: p for m in (base.embed_tokens, base.norm) for p in m.parameters()}
     if broken := broken_weights(path):
         raise EaglewireError(f"target {source!r}: {broken}; download or copy it again")
-    got = _read_tensors(path, {n: n for n in keep})
+    got = read_tensors(path, {n: n for n in keep})
     missing = sorted(set(keep) - set(got))
     if missing:
         raise EaglewireError(f"target {source!r}: {', '.join(missing)} not found in {path}/*.safetensors")

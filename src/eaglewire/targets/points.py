@@ -521,21 +521,25 @@ def version_differences(ids: list[int], engine: str | Engine, num_layers: int, a
         return None
     versions = [eng] if eng.version else eng.versions()
     archs = [eng.arch] if eng.arch else [None, "DeepseekV3ForCausalLM"]
-    groups: dict[str, list[str]] = {}
+    groups: dict[str, dict[str, list[str]]] = {}  # what the ids capture -> version -> target families
     for v in versions:
         for a in archs:
             e = Engine("sglang", v.version, a)
             try:
-                got = str([p.name for p in points_from_ids(ids, e, num_layers)])
+                got = ", ".join(p.name for p in points_from_ids(ids, e, num_layers))
             except EaglewireError:
                 got = "nothing it can capture"
             ver = (f"< {SGLANG_FIRST_ID_RULE_SINCE}" if _version_tuple(e.assumed_version) < _version_tuple(
                 SGLANG_FIRST_ID_RULE_SINCE) and not eng.version else e.assumed_version)
-            fam = "DeepSeek-family targets" if a and not eng.arch else a or "most targets"
-            who = f"sglang {ver} on {fam}"
-            groups.setdefault(got, []).append(who)
+            fam = "DeepSeek-family targets" if a and not eng.arch else a or "other targets"
+            groups.setdefault(got, {}).setdefault(ver, []).append(fam)
     if len(groups) < 2:
         return None
-    return (f"SGLang ids {ids} are read differently: "
-            + "; ".join(f"{', '.join(who)} capture {what}" for what, who in groups.items())
-            + "; name the engine version (e.g. sglang==0.5.23) and the target")
+
+    def readers(by_version: dict[str, list[str]]) -> str:  # "SGLang < 0.5.13 (any target) and SGLang 0.5.23 on ..."
+        return " and ".join(f"SGLang {v}" + (" (any target)" if len(fams) == len(archs) > 1 else f" on {fams[0]}")
+                            for v, fams in by_version.items())
+
+    parts = [f"{what} to {readers(by_version)}" for what, by_version in groups.items()]  # one clause per meaning
+    fix = "name the engine version (e.g. sglang==0.5.23)" + ("" if eng.arch else " and the target's class (--arch)")
+    return f"SGLang ids {ids} are read differently: " + "; ".join(parts) + f"; {fix}"

@@ -195,20 +195,45 @@ SGLANG_NO_EAGLE3_ARCHS = frozenset({
     "XverseMoeForCausalLM", "YiVLForCausalLM", "ZayaForCausalLM"
 })
 
+# llama.cpp 0.3.36 (the tree llama-cpp-python 0.3.36 vendors): the graph its converter maps each HF class to
+# (conversion/*.py `ModelBase.register`), for the classes of the families eaglewire builds, and whether that
+# graph marks the layer inputs its EAGLE-3 reads (`res->t_layer_inp[il]` in src/models/<graph>.cpp; without
+# it the first decode aborts in src/llama-graph.cpp with "layer input tensor is null").
+LLAMA_CPP_GRAPHS = {
+    "LlamaForCausalLM": ("llama", True), "MistralForCausalLM": ("llama", True), "Qwen3ForCausalLM": ("qwen3", True),
+    "Qwen3MoeForCausalLM": ("qwen3moe", True), "GptOssForCausalLM": ("openai-moe", True),
+    "MiniMaxM2ForCausalLM": ("minimax-m2", True), "Qwen3NextForCausalLM": ("qwen3next", True),
+    "Qwen3_5ForConditionalGeneration": ("qwen35", True), "Qwen3_5MoeForConditionalGeneration": ("qwen35moe", True),
+    "KimiK25ForConditionalGeneration": ("deepseek2", False), "DeepseekV2ForCausalLM": ("deepseek2", False),
+    "DeepseekV3ForCausalLM": ("deepseek2", False), "DeepseekV32ForCausalLM": ("deepseek32", False),
+    "Glm4MoeForCausalLM": ("glm4-moe", False), "Llama4ForConditionalGeneration": ("llama4", False),
+    "Llama4ForCausalLM": ("llama4", False), "Qwen3VLForConditionalGeneration": ("qwen3vl", False),
+    "Qwen3VLMoeForConditionalGeneration": ("qwen3vlmoe", False), "Gemma3ForConditionalGeneration": ("gemma3", False),
+    "Gemma3ForCausalLM": ("gemma3", False),
+}
+
 # engine -> version -> (can capture, registered but cannot)
 _FACTS = {
     "vllm": {"0.32.0": (VLLM_EAGLE3_ARCHS, VLLM_NO_EAGLE3_ARCHS)},
     "sglang": {"0.5.23": (SGLANG_EAGLE3_ARCHS, SGLANG_NO_EAGLE3_ARCHS)},
+    "llama.cpp": {"0.3.36": (frozenset(a for a, (_, ok) in LLAMA_CPP_GRAPHS.items() if ok),
+                             frozenset(a for a, (_, ok) in LLAMA_CPP_GRAPHS.items() if not ok))},
 }
 _HOW = {
     "vllm": f"vLLM refuses at startup: \"{VLLM_REFUSAL}\"",
     "sglang": "SGLang has no set_eagle3_layers_to_capture for it and never captures its layers",
+    "llama.cpp": "its {graph} graph marks no layer inputs (t_layer_inp), and the first decode aborts with "
+                 "\"layer input tensor is null\"",
 }
 
 
 def _engine(engine: str) -> str:
     name = engine.strip().lower().partition("==")[0].strip()
-    return {"specforge": "sglang", "speculators": "vllm"}.get(name, name)
+    return {"specforge": "sglang", "speculators": "vllm", "llamacpp": "llama.cpp"}.get(name, name)
+
+
+def _pinned(eng: str) -> str:
+    return PINNED.get(eng) or (PINNED["llama-cpp-python"] if eng == "llama.cpp" else "")
 
 
 def capture_support(engine: str, version: str | None, arch: str | None) -> str:
@@ -217,7 +242,7 @@ def capture_support(engine: str, version: str | None, arch: str | None) -> str:
     "unknown" when the version's source was not read, or the class is not registered by it.
     """
     eng = _engine(engine)
-    facts = _FACTS.get(eng, {}).get(version or PINNED.get(eng, ""))
+    facts = _FACTS.get(eng, {}).get(version or _pinned(eng))
     if facts is None or not arch:
         return "unknown"
     arch = PUBLISHED_ARCH.get(arch, arch)
@@ -231,6 +256,7 @@ def capture_refusal(engine: str, version: str | None, arch: str | None) -> str |
     if capture_support(engine, version, arch) != "no":
         return None
     eng = _engine(engine)
-    ver = version or PINNED[eng]
+    ver = version or _pinned(eng)
     shown = PUBLISHED_ARCH.get(arch, arch)
-    return f"{eng} {ver} cannot capture EAGLE-3 features from {shown}: {_HOW[eng]}"
+    how = _HOW[eng].format(graph=LLAMA_CPP_GRAPHS.get(shown, ("?",))[0])
+    return f"{eng} {ver} cannot capture EAGLE-3 features from {shown}: {how}"

@@ -21,7 +21,7 @@ import eaglewire.targets.tiny_families as tiny_families
 from eaglewire.infra.atomic import atomic_dir
 from eaglewire.infra.errors import EaglewireError
 
-TINY_VERSION = 2  # bump when anything below changes the produced weights or tokenizer
+TINY_VERSION = 4  # bump when anything below changes the produced weights or tokenizer
 
 _CORPUS = """\
 The quick brown fox jumps over the lazy dog. A speculative decoder drafts tokens
@@ -91,19 +91,20 @@ def _tokenizer(arch: str):
 def _config(arch: str, vocab: int, bos_id, eos_id):
     common = dict(
         vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=8,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        # head_dim 32: the smallest head vLLM's CPU attention runs (tests/targets/test_tiny.py says why)
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
         bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=eos_id, rms_norm_eps=1e-6,
     )
     if arch == "llama":
         return tf.LlamaConfig(**common, tie_word_embeddings=True)
     if arch == "qwen3":
         # Window layers from layer 4 on, window 16: mixed layer types, and tests decode past the window.
-        return tf.Qwen3Config(**common, head_dim=16, tie_word_embeddings=False, use_sliding_window=True,
+        return tf.Qwen3Config(**common, head_dim=32, tie_word_embeddings=False, use_sliding_window=True,
                               sliding_window=16, max_window_layers=4)
     if arch == "mistral":
         return tf.MistralConfig(**common, sliding_window=16)  # every layer windowed; tests pass the window
     if arch == "deepseek_v3":
-        common.update(num_key_value_heads=4)
+        common.update(num_attention_heads=4, num_key_value_heads=4)  # MLA: its own head sizes below
         return tf.DeepseekV3Config(
             **common, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
             n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
@@ -128,8 +129,7 @@ def _init_weights(model) -> None:
 def build_tiny(arch: str, out_dir: Path, **overrides) -> Path:
     """Write a tiny random HF model directory for `arch` (atomic: temp dir then rename).
 
-    `overrides` change config fields, e.g. ``num_attention_heads=2, num_key_value_heads=1``
-    for head_dim 32, the smallest head size vLLM's CPU attention runs (the serving tests).
+    `overrides` change config fields, e.g. ``use_sliding_window=False`` for a shape an engine runs.
     """
     if arch not in TEMPLATES:
         raise EaglewireError(f"tiny:{arch}: unknown architecture (expected one of {', '.join(ARCHS)})")

@@ -152,14 +152,25 @@ _AUTO_MAP = {"kimi_k25": {"AutoConfig": "configuration_kimi_k25.KimiK25Config",
                          "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}}
 
 
+def _published_fields(arch: str, raw: dict) -> dict:
+    """Fields a family's published config.json has that transformers does not write, and engines read."""
+    if arch == "minimax_m2":  # vLLM 0.32's MiniMaxM2 reads config.rotary_dim (models/minimax_m2.py:274)
+        rope = raw.get("rope_parameters") or {}
+        return {"rotary_dim": int(raw["head_dim"] * rope.get("partial_rotary_factor", 1.0))}
+    return {}
+
+
 def publish_layout(arch: str, d: Path) -> None:
     """Rewrite a saved tiny model into its family's published layout: class names, model_type, auto_map
-    (to files that are not there: eaglewire must never look them up) and the shards' weight names."""
+    (to files that are not there: eaglewire must never look them up), fields engines read, the shards' weight
+    names."""
+    cfg_path = Path(d) / "config.json"
+    raw = json.loads(cfg_path.read_text())
+    if fields := _published_fields(arch, raw):
+        cfg_path.write_text(json.dumps({**raw, **fields}, indent=2))
     if arch not in _PUBLISHED:
         return
     archs, model_type, renames = _PUBLISHED[arch]
-    cfg_path = Path(d) / "config.json"
-    raw = json.loads(cfg_path.read_text())
     raw.update(architectures=archs, model_type=model_type, auto_map=_AUTO_MAP[arch])
     if isinstance(raw.get("text_config"), dict):
         raw["text_config"]["model_type"] = "kimi_k2"  # as published: transformers reads it as deepseek_v3

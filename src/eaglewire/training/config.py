@@ -13,6 +13,8 @@ from eaglewire.targets.points import POINTS_HELP
 # the warm-start levels of eaglewire.drafter.warmstart (named here: that module loads torch)
 INITS = ("random", "head", "target")
 # Sizes are bounded before anything is allocated (one line naming the flag, never an allocator traceback).
+PRECISIONS = ("auto", "fp32", "bf16")
+PARALLEL = ("ddp", "fsdp")
 # The drafter's own bounds (drafter/config.py BOUNDS, restated here: importing it loads torch; a test keeps
 # them equal), and a TTT unroll far past any published one (EAGLE-3 trains 7 steps).
 MAX_DRAFTER_LAYERS = 64
@@ -88,5 +90,10 @@ class TrainConfig:
     nan_policy: str = opt("skip", "non-finite batch: skip (counted) or stop (error naming the step)", choices=("skip", "stop"))
     max_skipped_fraction: float = opt(0.05, "fail the run when more than this share of its steps were skipped", ge=0, le=1)
     device: str = opt("auto", "auto, cpu, cuda, cuda:N (torchrun: cuda:LOCAL_RANK)")
+    precision: str = opt("auto", "drafter compute: fp32, or bf16 autocast with fp32 master weights and optimizer "
+                         "state; auto = bf16 (and TF32 matmuls) on CUDA, fp32 on CPU", choices=PRECISIONS)
+    parallel: str = opt("ddp", "under torchrun: ddp (every rank holds the whole drafter, frozen embedding included) "
+                        "or fsdp (FSDP2: weights, gradients and optimizer state sharded over the ranks); "
+                        "checkpoints are whole either way, so a run resumes under the other", choices=PARALLEL)
     resume: bool = opt(False, "continue from --out/state")
     json: bool = json_flag("print the final metrics as JSON")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from eaglewire.data.dataset import FeatureDataset
 from eaglewire.data.manifest import Manifest
 from eaglewire.data.vocab import DraftVocab
-from eaglewire.export.provenance import Provenance
+from eaglewire.saved.provenance import Provenance
 from eaglewire.targets.load import Target
 
 

@@ -23,32 +23,35 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
 
-from eaglewire.data.dataset import FeatureDataset, collate
-from eaglewire.data.manifest import Manifest, manifest_hash
-from eaglewire.data.vocab import load_vocab
+from eaglewire.data.dataset import collate
+from eaglewire.data.manifest import Manifest
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
 from eaglewire.drafter.ttt import target_full_argmax, ttt_forward
 from eaglewire.drafter.warmstart import deepest_layer_slot, init_from_target_layer, init_head
-from eaglewire.export.checkpoint import save_checkpoint
-from eaglewire.export.provenance import Provenance
 from eaglewire.infra.device import resolve_device
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.locks import dir_lock
 from eaglewire.infra.options import check_ranges, config_to_dict, save_config
+from eaglewire.saved.checkpoint import save_checkpoint
 from eaglewire.targets.capture import decoder_stack
-from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord
-from eaglewire.targets.load import load_target
 from eaglewire.training.config import TrainConfig
 from eaglewire.training.identity import check_ranks_agree, check_same_dataset, dataset_identity
 from eaglewire.training.inputs import TrainInputs
+from eaglewire.training.offline import setup_offline
 from eaglewire.training.online_features import setup_online
-from eaglewire.training.runstate import MetricsLog, check_resume_config, load_run_state, save_state
+from eaglewire.training.precision import apply_precision, autocast, resolve_precision
+from eaglewire.training.runstate import (
+    MetricsLog,
+    check_resume_config,
+    load_optimizer_state,
+    load_run_state,
+    save_state,
+)
 from eaglewire.training.select import Selector
 from eaglewire.training.torchrun import CallThrough, Dist, unwrap
 
@@ -56,6 +59,8 @@ if TYPE_CHECKING:
     pass
 
 _STEP_DELAY = float(os.environ.get("EAGLEWIRE_STEP_DELAY", "0"))  # lets crash tests kill a real run
+# lets resume tests stop a real run (torchrun's ranks too) right after its save at this step, as a kill would
+_STOP_AFTER = int(os.environ.get("EAGLEWIRE_STOP_AFTER", "0"))
 
 
 @dataclass
@@ -208,12 +213,13 @@ def _micro_batch_loss(model, batch: dict, head_w: torch.Tensor, cfg: TrainConfig
     """`model`: a drafter, or the (DDP-wrapped) `CallThrough` of one whose forward is `ttt_forward`."""
     fwd = functools.partial(ttt_forward, model) if isinstance(model, Eagle3Drafter) else model
     feats = batch["features"].to(device=device, dtype=torch.float32).flatten(2)  # [B, T, P*H]
-    out = fwd(feats, batch["input_ids"].to(device), batch["target_hidden"].to(device, torch.float32),
-              head_w, loss_mask=batch["loss_mask"].to(device), attention_mask=batch["attention_mask"].to(device),
-              target_argmax=batch["target_argmax"].to(device) if "target_argmax" in batch else None,
-              steps=cfg.ttt_steps, decay=cfg.ttt_decay, target_temperature=cfg.target_temperature,
-              lk_weight=cfg.lk_weight)
-    total = sum(cfg.ttt_decay ** k * loss_k * n_k for k, (loss_k, n_k) in enumerate(zip(out.step_losses, out.counts)))
+    with autocast(resolve_precision(cfg.precision, device), device):
+        out = fwd(feats, batch["input_ids"].to(device), batch["target_hidden"].to(device, torch.float32),
+                  head_w, loss_mask=batch["loss_mask"].to(device), attention_mask=batch["attention_mask"].to(device),
+                  target_argmax=batch["target_argmax"].to(device) if "target_argmax" in batch else None,
+                  steps=cfg.ttt_steps, decay=cfg.ttt_decay, target_temperature=cfg.target_temperature,
+                  lk_weight=cfg.lk_weight)
+    total = sum(cfg.ttt_decay ** k * loss_k.float() * n_k for k, (loss_k, n_k) in enumerate(zip(out.step_losses, out.counts)))
     # sum of CE over the global batch / N_global, times world (DDP divides the summed gradients by world)
     loss = total * world / n_global.clamp(min=1)
     return loss, out.correct, out.counts, float(total.detach())
@@ -265,7 +271,7 @@ def train_step(model, opt, ds, ids: list[int], head_w, cfg: TrainConfig, dd: Dis
         counts += torch.tensor([float(x) for x in n])
         loss_sum += s
         toks += int(b["attention_mask"].sum())
-    gnorm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
+    gnorm = dd.scalar(torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip))
     if not torch.isfinite(gnorm):
         return {"skipped": True, "nonfinite_grad": True}
     opt.step()
@@ -297,41 +303,12 @@ def evaluate(model, ds, idx: list[int], head_w, cfg: TrainConfig, device, dd: Di
 
 
 def _setup(cfg: TrainConfig, device):
-    if cfg.online:
-        return setup_online(cfg, device)
-    if cfg.points or cfg.vocab_size:
-        raise EaglewireError(f"{cfg.data}: --points and --vocab-size apply to --online only (extracted features "
-                             "have their points and vocab)")
-    ds = FeatureDataset(cfg.data, max_len=cfg.max_len)
-    man = ds.manifest
-    if man.points is None:
-        raise EaglewireError(f"{cfg.data}: the feature slots have no physical labels ({man.point_names}); run "
-                             f"`eaglewire doctor dataset {cfg.data} --target T` to identify them, then re-import with --points")
-    if man.target_hidden != "final_norm":
-        raise EaglewireError(f"{cfg.data}: target_hidden holds {man.target_hidden!r}, training needs the final-norm output "
-                             "(re-import with --target so the final norm can be applied)")
-    fp = man.target.fingerprint
-    if fp.unknown and not cfg.target:
-        raise EaglewireError(f"{cfg.data}: the dataset does not record which target made it (imported); pass --target")
-    source = cfg.target or man.target.source
-    target = load_target(source, device="cpu")
-    mine = TargetFingerprint.of(target)
-    if diff := fp.mismatch(mine):
-        raise EaglewireError(f"{cfg.data}: dataset was made from another target than {source!r} (fingerprint differs in {', '.join(diff)})")
-    P, H = ds[0]["features"].shape[1:]
-    if H != target.hidden_size or P != len(man.points):
-        raise EaglewireError(f"{cfg.data}: features are [{P} x {H}] but the target has hidden size {target.hidden_size} "
-                             f"and the manifest lists {len(man.points)} points")
-    vocab = load_vocab(cfg.data)  # a missing one is an error that prints the `data vocab` command
-    prov = Provenance(points=man.points, target=TargetRecord(source=source, fingerprint=mine),
-                      dataset={"path": str(Path(cfg.data).resolve()), "manifest_sha": manifest_hash(cfg.data)},
-                      chat_template_sha=man.chat_template_sha, vocab=man.vocab)
-    return TrainInputs(ds, man, target, vocab, prov)
+    return setup_online(cfg, device) if cfg.online else setup_offline(cfg)
 
 
 def run_train(cfg: TrainConfig) -> dict:
     check_ranges(cfg)  # also when built in code, not through the CLI
-    dd = Dist(resolve_device(cfg.device))  # dd.device: cuda:LOCAL_RANK under torchrun
+    dd = Dist(resolve_device(cfg.device), cfg.parallel)  # dd.device: cuda:LOCAL_RANK under torchrun
     if not dd.main:  # rank 0 alone writes the run directory (and holds its lock)
         return _run_train(cfg, dd)
 
@@ -353,6 +330,10 @@ def _run_train(cfg: TrainConfig, dd: Dist) -> dict:
     run = _prepare(cfg, dd, inputs)
     val = _loop(run)
     model = unwrap(run.net)
+    if dd.fsdp:  # every rank gathers; rank 0 writes a plain drafter of the whole weights
+        whole, _ = dd.full_states(model, run.opt)
+        model = Eagle3Drafter(model.config)
+        model.load_state_dict({k: v.cpu() for k, v in whole.items()}, strict=True)
     run.net = None  # drop the DDP wrapper before dd.close(): see Dist.close
     selected = {"by": "last", "step": run.total}
     if dd.main:
@@ -388,18 +369,25 @@ def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
         raise EaglewireError(f"{cfg.data}: the run would take no optimizer step (--max-steps {cfg.max_steps}, "
                              f"--epochs {cfg.epochs}, {len(train_idx)} training samples)")
     device = dd.device
+    apply_precision(cfg.precision, device)
     model = build_drafter(cfg, inputs.target, inputs.manifest, inputs.vocab.selected, inputs.ds).to(device).train()
     head_w = inputs.target.model.get_output_embeddings().weight.detach().to(device, torch.float32)  # [V, Ht]
     inputs.target = None  # only its head is used from here on
     if cfg.online:
         inputs.ds.place(device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     start, skipped = 0, 0
     ds = ArgmaxCache(inputs.ds, head_w)
     selector = Selector(cfg.select, cfg.select_depth, ds, val_idx, head_w)
-    if cfg.resume:
-        meta = load_run_state(cfg.out, model, opt)
+    if dd.fsdp and cfg.select != "last":
+        raise EaglewireError(f"--select {cfg.select}: keeps the best weights on rank 0 alone, which --parallel fsdp "
+                             "does not hold whole; use --parallel ddp, or --select last")
+    meta = load_run_state(cfg.out, model) if cfg.resume else None  # whole weights, before any sharding
+    net = dd.wrap(CallThrough(model, ttt_forward))  # DDP or FSDP2 under torchrun
+    # after the wrap: FSDP2 replaces the parameters with their shards, which the optimizer must hold
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    if meta is not None:
+        load_optimizer_state(cfg.out, opt, dd.load_optimizer)
         selector.restore(cfg.out / "state", meta)
         start, skipped = meta["step"], meta["skipped"]
         if start > total:
@@ -410,7 +398,6 @@ def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
         save_config(cfg, cfg.out / "train.config.json", {"total_steps": total, "world_size": dd.world,
                                                          "dataset": inputs.identity})
     log = MetricsLog(cfg.out, cfg.ttt_steps, start if cfg.resume else None, dd.main)
-    net = dd.wrap(CallThrough(model, ttt_forward))  # DDP under torchrun
     return Run(cfg=cfg, dd=dd, net=net, opt=opt, ds=ds, head_w=head_w, train_idx=train_idx, val_idx=val_idx, log=log,
                total=total, per_step=per_step, selector=selector, start=start, skipped=skipped)
 
@@ -444,14 +431,20 @@ def _loop(run: Run) -> dict:
             end_epoch = (step + 1) % per_epoch == 0
             if run.val_idx and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or (not cfg.eval_every and end_epoch)
                                 or step + 1 == run.total):
-                val = _validate(run, model, step, per_epoch)
-            if dd.main and ((step + 1) % cfg.save_every == 0 or step + 1 == run.total):
-                save_state(cfg.out, model, run.opt, step + 1, {"skipped": run.skipped}, run.selector)
+                with dd.whole(run.net):
+                    val = _validate(run, model, step, per_epoch)
+            if (step + 1) % cfg.save_every == 0 or step + 1 == run.total:
+                states = dd.full_states(model, run.opt)  # every rank: FSDP2 gathers the shards
+                if dd.main:
+                    save_state(cfg.out, *states, step + 1, {"skipped": run.skipped}, run.selector)
+            if step + 1 == _STOP_AFTER:
+                raise SystemExit(f"stopped after step {step + 1} (EAGLEWIRE_STOP_AFTER)")
             if _STEP_DELAY:
                 time.sleep(_STEP_DELAY)
     _check_skipped(cfg, run.skipped, run.total)
     if not val and run.val_idx:
-        val = evaluate(model, run.ds, run.val_idx, run.head_w, cfg, dd.device, dd)
+        with dd.whole(run.net):
+            val = evaluate(model, run.ds, run.val_idx, run.head_w, cfg, dd.device, dd)
     return {**val, "skipped": run.skipped}
 
 

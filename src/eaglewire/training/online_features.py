@@ -28,10 +28,10 @@ from eaglewire.data.jsonl import read_jsonl, response_problem
 from eaglewire.data.pipeline import auto_vocab_size
 from eaglewire.data.recorded import GENERATE_CONFIG, recorded_generate
 from eaglewire.data.vocab import TENSORS_FILE, build_draft_vocab, count_tokens, load_vocab
-from eaglewire.export.provenance import Provenance
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.device import dtype_from_name, resolve_dtype
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.provenance import Provenance
 from eaglewire.targets.load import load_target, resolve_target_dir
 from eaglewire.targets.points import point_option
 from eaglewire.training.inputs import TrainInputs

@@ -17,13 +17,13 @@ import torch
 from safetensors.torch import save_file
 from torch.utils.tensorboard import SummaryWriter
 
-from eaglewire.export.checkpoint import load_state
 from eaglewire.infra.atomic import atomic_dir, atomic_file, on_disk_full, read_json
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.options import config_to_dict
+from eaglewire.saved.checkpoint import load_state
 from eaglewire.training.config import TrainConfig
 
-RESUME_FREE = {"resume", "json", "device", "log_every"}  # options a resumed run may change
+RESUME_FREE = {"resume", "json", "device", "log_every", "parallel"}  # options a resumed run may change
 # options naming what the run trains on: compared by the content they name (training.identity), not as written
 BY_CONTENT = {"data", "target", "points"}
 
@@ -67,27 +67,35 @@ class MetricsLog:
             self.tb.close()
 
 
-def save_state(out: Path, model, opt, step: int, extra: dict, selector=None) -> None:
-    """`selector` (training.select.Selector) adds the best weights so far, so a resume selects over the whole run."""
+def save_state(out: Path, model_state: dict, opt_state: dict, step: int, extra: dict, selector=None) -> None:
+    """Whole state dicts (`Dist.full_states`: gathered under FSDP2), so any mode resumes them. `selector`
+    (training.select.Selector) adds the best weights so far, so a resume selects over the whole run."""
     with atomic_dir(out / "state") as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-        torch.save(opt.state_dict(), tmp / "optimizer.pt")
+        save_file({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, str(tmp / "model.safetensors"))
+        torch.save(opt_state, tmp / "optimizer.pt")
         kept = selector.save(tmp) if selector is not None else {}
         (tmp / "meta.json").write_text(json.dumps({"step": step, **extra, **kept}))
 
 
-def load_run_state(out: Path, model, opt) -> dict:
+def load_run_state(out: Path, model) -> dict:
+    """Loads the saved weights into the (not yet sharded) model; returns meta.json (`load_optimizer_state` next)."""
     st = out / "state"
     if not (st / "meta.json").is_file():
         raise EaglewireError(f"{out}: --resume but no saved state in {st}")
     model.load_state_dict(load_state(st / "model.safetensors"), strict=True)
+    return read_meta(st / "meta.json")
+
+
+def load_optimizer_state(out: Path, opt, load=None) -> None:
+    """state/optimizer.pt into `opt`, through `load(opt, saved)` (`Dist.load_optimizer` shards it under FSDP2)."""
+    st = out / "state"
     try:
         # weights_only: tensors and plain containers only; anything else (a pickled object) is refused
-        opt.load_state_dict(torch.load(st / "optimizer.pt", weights_only=True))
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError) as e:
+        saved = torch.load(st / "optimizer.pt", weights_only=True)
+        (load or type(opt).load_state_dict)(opt, saved)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise EaglewireError(f"{st / 'optimizer.pt'}: not an optimizer state eaglewire wrote (refused: "
                              f"{str(e).splitlines()[0][:160]}); start a new --out or remove {st}") from e
-    return read_meta(st / "meta.json")
 
 
 def read_meta(path: Path) -> dict:

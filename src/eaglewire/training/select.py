@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from eaglewire.doctor.acceptance import chain_stats
-from eaglewire.export.checkpoint import load_state
+from eaglewire.decoding.acceptance import chain_stats
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import load_state
 
 SELECT = ("last", "loss", "acceptance")
 

@@ -87,11 +87,22 @@ def refusals(fmt: str, cfg: DrafterConfig, points: list[Point], num_layers: int,
         want = eagle3_default(num_layers)
         if list(points) != want:
             why.append("the official EAGLE code hard-codes HF indices [2, L//2, L-3] = "
-                       f"{[p.name for p in want]} and stores no ids; the drafter was trained on {[p.name for p in points]}")
+                       f"{[p.name for p in want]} and stores no ids; the drafter was trained on {[p.name for p in points]}: "
+                       f"{_eagle_fix(cfg, points, num_layers, want)}")
         if cfg.head_dim * cfg.num_attention_heads != cfg.hidden_size:
             why.append("the official EAGLE attention uses head_dim = hidden_size // num_heads; "
                        f"the drafter has head_dim {cfg.head_dim} x {cfg.num_attention_heads} heads != {cfg.hidden_size}")
     return why
+
+
+def _eagle_fix(cfg: DrafterConfig, points: list[Point], num_layers: int, want: list[Point]) -> str:
+    """What to do instead, since the points are fixed at capture: recapture on the official ones, or a format
+    that stores its ids and can write this drafter (checked, so the advice never leads to another refusal)."""
+    others = [f for f in FORMATS if f != "eagle" and not refusals(f, cfg, points, num_layers)]
+    return (f"rebuild the data with `eaglewire data build --points {','.join(p.name for p in want)}` (or train "
+            f"--online with those --points) and retrain, or export with "
+            + (" / ".join(f"--format {f}" for f in others) + " (they store the ids)" if others
+               else "another format once the drafter fits one"))
 
 
 def serving_engine(fmt: str, version: str, arch: str | None) -> Engine:

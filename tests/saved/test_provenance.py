@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from eaglewire.export.provenance import FILE, Provenance
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.provenance import FILE, Provenance
 from eaglewire.targets.points import Point
 
 FP = {"model_type": "llama", "num_layers": 8, "hidden_size": 64, "vocab_size": 1000, "config_sha": "a",

@@ -14,12 +14,12 @@ import sys
 import pytest
 import torch
 
-from eaglewire.export.checkpoint import load_checkpoint, save_checkpoint
 from eaglewire.export.config import ExportConfig, ImportConfig
 from eaglewire.export.exporter import run_export
-from eaglewire.export.formats import DRAFTER_KEY, NOT_SERVABLE_KEY
 from eaglewire.export.importer import run_import
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import load_checkpoint, save_checkpoint
+from eaglewire.saved.formats import DRAFTER_KEY, NOT_SERVABLE_KEY
 from eaglewire.targets.points import Point, eagle3_default, layer_out
 from eaglewire_testing.export_helpers import VERIFIER, L, make_ckpt, make_drafter, provenance
 
@@ -109,7 +109,7 @@ def test_deepseek_point_sglang_cannot_capture_gets_no_null_ids(tmp_path):
 
 
 def _old_style_config(cfg, sglang_ids) -> dict:
-    """config.json as checkpoints were written before export.formats wrote it (the removed hf_config)."""
+    """config.json as checkpoints were written before saved.formats wrote it (the removed hf_config)."""
     return {
         "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
         "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,

@@ -3,7 +3,7 @@
 `config.json` + `model.safetensors` load in SGLang/SpecForge as
 `LlamaForCausalLMEagle3` (`midlayer.*`, d2t/t2d included) when SGLang can serve
 the drafter as trained: the config is then exactly `eaglewire export --format
-sglang`'s (written by export.formats, the one writer of engine configs), plus
+sglang`'s (written by saved.formats, the one writer of engine configs), plus
 the drafter's own config. Otherwise config.json claims no engine and lists
 why (`not_servable_as_is`), so SGLang refuses it rather than serving it with
 the wrong features; `eaglewire export` says which format can. `eaglewire.json`
@@ -24,11 +24,11 @@ from safetensors.torch import save_file
 
 from eaglewire.drafter.config import DrafterConfig
 from eaglewire.drafter.model import Eagle3Drafter
-from eaglewire.export.formats import DRAFTER_KEY, checkpoint_config
-from eaglewire.export.provenance import Provenance
 from eaglewire.infra.atomic import atomic_dir
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.paths import close_path_hint
+from eaglewire.saved.formats import DRAFTER_KEY, checkpoint_config
+from eaglewire.saved.provenance import Provenance
 
 WEIGHTS = "model.safetensors"
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from eaglewire.export.checkpoint import load_state
 from eaglewire.infra.atomic import read_json
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.paths import inside
+from eaglewire.saved.checkpoint import load_state
 
 PICKLE_NAMES = ("pytorch_model.bin",)
 

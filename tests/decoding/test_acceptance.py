@@ -5,15 +5,15 @@ from __future__ import annotations
 import torch
 
 from eaglewire.data.dataset import FeatureDataset, collate
-from eaglewire.decoding.engine import SpecConfig, SpecEngine
-from eaglewire.doctor.acceptance import (
+from eaglewire.decoding.acceptance import (
     bootstrap_interval,
     chain_stats,
     decode_rounds,
     round_masks,
     unroll_predictions,
 )
-from eaglewire.export.checkpoint import load_checkpoint
+from eaglewire.decoding.engine import SpecConfig, SpecEngine
+from eaglewire.saved.checkpoint import load_checkpoint
 from eaglewire.targets.points import parse_points
 
 

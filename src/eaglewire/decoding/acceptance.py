@@ -1,7 +1,9 @@
 """The offline acceptance walk: greedy chain rounds replayed along stored answers, as an engine would run them.
 
-One definition, used by `doctor drafter`, the held-out stage and `doctor live --data`,
-so every offline figure counts rounds the same way (tau includes the bonus token)."""
+One definition, used by `doctor drafter`, the held-out stage, `doctor live --data` and
+`train --select`, so every offline figure counts rounds the same way (tau includes the
+bonus token). It lives beside decoding because it is decoding's metric replayed offline,
+and training (which selects checkpoints by it) may import decoding but not doctor."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Two drafters on the same answers: the paired difference and its interval (doctor/acceptance.paired_interval)."""
+"""Two drafters on the same answers: the paired difference and its interval (decoding/acceptance.paired_interval)."""
 
 import random
 
 import pytest
 
-from eaglewire.doctor.acceptance import paired_interval
+from eaglewire.decoding.acceptance import paired_interval
 
 
 def _answers(n, seed, extra=0.0):

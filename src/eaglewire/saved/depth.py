@@ -1,0 +1,17 @@
+"""The draft depths eaglewire defaults to, each defined once and imported wherever a depth is defaulted.
+
+Why in `engines/`: a depth is what an engine is told (vLLM num_speculative_tokens,
+SGLang --speculative-num-steps, speculators speculative_tokens, llama.cpp
+--spec-draft-n-max), and every room that defaults one (export, decoding,
+doctor, serve, demo, and the engine launchers themselves) may import engines.
+"""
+
+# The one default depth, draft tokens per round: `generate`, `bench`, `doctor drafter`, `doctor online`, `serve`
+# and the exports take it, and every acceptance figure names the depth it was measured at. 3 is vLLM's usual
+# EAGLE-3 setting and the depth held-out acceptance is judged at.
+DEPTH = 3
+
+# The demo's llama.cpp stage's own: measured on this CPU (docs/results.md, llama.cpp's draft gate), depth 2 and 3
+# tie under the gate it serves with (`--spec-draft-p-min` 0.5: 0.97x each) and depth 2 loses least ungated
+# (0.93x against 0.82x), where a third draft is rarely accepted and each one is a serial drafter step.
+LLAMA_CPP_DEPTH = 2

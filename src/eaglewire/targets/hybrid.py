@@ -1,0 +1,54 @@
+"""Hybrid targets (Qwen3-Next, Qwen3.5): which capture points fall on linear-attention layers, and whether
+each engine captures there.
+
+Why say it: on a hybrid target most decoder layers are gated-delta-net (linear attention) layers, so the
+EAGLE-3 default points usually land on them. A reader who knows that engines special-case those layers
+(their own caches, their own kernels) must not have to guess whether the features a drafter is fed there are
+the ones it was trained on. Read from the pinned engines' capture loops, every one of them captures at a
+linear-attention layer exactly as at a full-attention one:
+
+- vLLM 0.32.0, model_executor/models/qwen3_next.py `Qwen3NextModel.forward`: `_maybe_add_hidden_state` after
+  every layer of the stack, whatever its `layer_type` (qwen3_5.py's `Qwen3_5Model` inherits that forward);
+- SGLang 0.5.23, models/qwen3_next.py and qwen3_5.py: the linear-attention decoder layers
+  (`Qwen3HybridLinearDecoderLayer`, `Qwen3_5LinearDecoderLayer`) pass `captured_last_layer_outputs` to
+  `prepare_attn_and_capture_last_layer_outputs` as the attention layers do;
+- llama.cpp 0.3.36, src/models/qwen3next.cpp and qwen35.cpp: `res->t_layer_inp[il] = inpL` at the top of
+  every layer, before the `is_recr(il)` branch.
+"""
+
+from __future__ import annotations
+
+from eaglewire.targets.points import PINNED, Point
+
+FULL_KINDS = frozenset({"full_attention", "sliding_attention", "attention"})
+
+# engine label -> (captures at a linear-attention layer, where that was read)
+LINEAR_CAPTURE = {
+    f"sglang {PINNED['sglang']}": (True, "models/qwen3_next.py, qwen3_5.py: linear decoder layers capture too"),
+    f"vllm {PINNED['vllm']}": (True, "models/qwen3_next.py: Qwen3NextModel.forward captures after every layer"),
+    f"llama.cpp {PINNED['llama-cpp-python']}": (True, "src/models/qwen3next.cpp, qwen35.cpp: t_layer_inp on every "
+                                                      "layer"),
+}
+
+
+def linear_capture_points(config, points: list[Point]) -> dict[str, dict]:
+    """{point: {"layer_type", "engines": {engine: "captures" | "does not capture"}}} for each point written by
+    a layer that is not an attention layer; {} on a target whose layers are all attention layers.
+
+    `config` is the language model's config (its `layer_types`, as transformers fills it for Qwen3-Next and
+    Qwen3.5's text config)."""
+    kinds = getattr(config, "layer_types", None) or []
+    out = {}
+    for p in points:
+        if p.kind != "layer" or p.layer >= len(kinds) or kinds[p.layer] in FULL_KINDS:
+            continue
+        out[p.name] = {"layer_type": kinds[p.layer],
+                       "engines": {e: "captures" if yes else "does not capture"
+                                   for e, (yes, _) in LINEAR_CAPTURE.items()}}
+    return out
+
+
+def describe(rows: dict[str, dict]) -> list[str]:
+    """One human line per point of `linear_capture_points`."""
+    return [f"{name} is written by a {r['layer_type']} layer: "
+            + ", ".join(f"{e} {v}" for e, v in r["engines"].items()) for name, r in rows.items()]

@@ -1,0 +1,64 @@
+"""`serve --print-command` for another machine: a drafter that does not fit the target is refused (the target
+may be only a config.json there), and a target too big for one device gets the tensor-parallel size plan finds."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+
+import pytest
+
+from eaglewire.serve.fit import tensor_parallel
+from eaglewire_testing.cli import run_cli
+
+pytestmark = pytest.mark.unit
+
+# Llama-3.1-70B's shape (config only: nothing here is loaded): bf16 weights ~141 GB, more than one H100 holds
+BIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
+       "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
+       "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16",
+       "tie_word_embeddings": False}
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    d = tmp_path_factory.mktemp("big") / "Llama-70B"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(BIG))
+    return d
+
+
+@pytest.fixture
+def run(tiny_drafter, tmp_path):
+    ckpt, _ = tiny_drafter
+    shutil.copytree(ckpt, tmp_path / "run" / "drafter")
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "llama.cpp"])
+def test_a_drafter_for_another_target_is_refused_in_one_line(run, big, engine):
+    """Before: the command was printed (the drafter, trained on a tiny llama, would load onto a 70B target)."""
+    r = run_cli("serve", run, "--print-command", "--engine", engine, "--target", big)
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: drafter {run}") and f"does not fit target {big}" in line
+    assert "hidden size 8192" in line and "vocabulary 128256" in line
+
+
+def test_the_tensor_parallel_size_comes_from_plans_sizing(big):
+    """141 GB of bf16 weights plus the KV cache: two H200 (139.8 GiB each), more H100; --tp wins."""
+    assert tensor_parallel(str(big), 0, "h200")[0] == 2
+    tp, how = tensor_parallel(str(big), 0, "h100")
+    assert tp == 4 and "plan's sizing for h100" in how
+    assert tensor_parallel(str(big), 8, "h100") == (8, "--tp")
+
+
+@pytest.mark.parametrize("engine, flag", [("vllm", "--tensor-parallel-size"), ("sglang", "--tp-size")])
+def test_tp_is_printed_in_each_engines_flag(run, engine, flag):
+    r = run_cli("serve", run, "--print-command", "--engine", engine, "--tp", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    cmd = shlex.split(json.loads(r.stdout)["command"])
+    assert cmd[cmd.index(flag) + 1] == "4"
+    r = run_cli("serve", run, "--print-command", "--engine", engine, "--json")  # a tiny target fits one device
+    assert r.returncode == 0 and flag not in json.loads(r.stdout)["command"], r.stderr
