@@ -83,7 +83,7 @@ def more_lines(preset: str, p: dict, log: dict) -> list[str]:
                      f"{p.get('topic_prompts', '?')}, {std['bench_prompts']} bench prompts, about an hour on 2 CPU "
                      "cores; both presets' figures side by side are in docs/results.md ('The demo, both presets').")
     lines += ["- More data: `eaglewire data build --topic-prompts N`, then `eaglewire train` on it (docs/results.md: "
-              "held-out acceptance grows by about 0.065 per doubling of the training tokens; twice the epochs gave +2.5% tree tau).",
+              "held-out acceptance grows by about 0.065 per doubling of the training tokens; a third pass gave +0.025, paired).",
               "- A GPU: a wide verify costs about one decode step there, so the same acceptance turns into more "
               "speedup (docs/results.md, 'Why the speedup trails tau on this CPU'); `--min-prob` defaults to 0 and "
               "`eaglewire bench --auto-shape N` picks a wider tree.",
