@@ -62,3 +62,17 @@ def test_tp_is_printed_in_each_engines_flag(run, engine, flag):
     assert cmd[cmd.index(flag) + 1] == "4"
     r = run_cli("serve", run, "--print-command", "--engine", engine, "--json")  # a tiny target fits one device
     assert r.returncode == 0 and flag not in json.loads(r.stdout)["command"], r.stderr
+
+
+def test_a_target_one_node_cannot_hold_is_refused_not_printed_at_tp_alone():
+    """Kimi-K2.5 (int4 experts) on 8 x H100 needs PP 2 across two nodes: a one-node command at TP 8 would run
+    out of memory, so the sizing refuses in one line; 8 x H200 holds it at TP 8."""
+    from pathlib import Path
+
+    from eaglewire.infra.errors import EaglewireError
+
+    kimi = Path(__file__).resolve().parents[1] / "fixtures" / "real_configs" / "kimi_k25"
+    with pytest.raises(EaglewireError, match=r"one node of h100 does not hold it .*PP 2"):
+        tensor_parallel(str(kimi), 0, "h100")
+    assert tensor_parallel(str(kimi), 0, "h200")[0] == 8
+    assert tensor_parallel(str(kimi), 8, "h100") == (8, "--tp")

@@ -1,9 +1,9 @@
 """The draft depths eaglewire defaults to, each defined once and imported wherever a depth is defaulted.
 
-Why in `engines/`: a depth is what an engine is told (vLLM num_speculative_tokens,
-SGLang --speculative-num-steps, speculators speculative_tokens, llama.cpp
---spec-draft-n-max), and every room that defaults one (export, decoding,
-doctor, serve, demo, and the engine launchers themselves) may import engines.
+Why in `saved/`: a depth is part of what a saved drafter is exported and served with (vLLM
+num_speculative_tokens, SGLang --speculative-num-steps, speculators speculative_tokens, llama.cpp
+--spec-draft-n-max), and every room that defaults one (engines, export, decoding, doctor, serve, demo)
+sits above this one.
 """
 
 # The one default depth, draft tokens per round: `generate`, `bench`, `doctor drafter`, `doctor online`, `serve`

@@ -58,4 +58,8 @@ def tensor_parallel(raw_source: str, tp: int, device: str) -> tuple[int, str]:
     if setup is None:
         raise EaglewireError(f"target {raw_source}: {res['engine']['line']} on {dev}: pass --tp (and serve it "
                              "across nodes as your engine's multi-node guide says)")
+    if setup["pipeline_parallel_size"] > 1:  # one node's command would run out of memory at this TP alone
+        raise EaglewireError(f"target {raw_source}: one node of {dev} does not hold it ({res['engine']['line']}): "
+                             "serve it across nodes as your engine's multi-node guide says, or name a larger "
+                             "--gpu; --tp sets the size yourself")
     return setup["tensor_parallel_size"], f"plan's sizing for {dev} ({res['engine']['line']}; --tp overrides)"
