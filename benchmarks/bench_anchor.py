@@ -58,7 +58,7 @@ from eaglewire.data.vocab import load_vocab  # noqa: E402
 from eaglewire.saved.checkpoint import read_provenance  # noqa: E402
 from eaglewire.targets.load import load_target, resolve_target_dir  # noqa: E402
 from eaglewire.targets.points import Point  # noqa: E402
-from eaglewire.training.loop import split_indices  # noqa: E402
+from eaglewire.training.schedule import split_indices  # noqa: E402
 from eaglewire_testing.speculators_venv import ensure_speculators_venv  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

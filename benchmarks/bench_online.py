@@ -47,7 +47,7 @@ def build(root: Path, args) -> tuple[Path, Path]:
 def step_tokens(data: Path, args) -> list[int]:
     """Tokens each step trains on: a pure function of (seed, step), so the same for both runs."""
     from eaglewire.data.dataset import FeatureDataset
-    from eaglewire.training.loop import global_batch, split_indices
+    from eaglewire.training.schedule import global_batch, split_indices
 
     ds = FeatureDataset(data, verify=False, max_len=args.max_len)
     lens = [int(ds[i]["input_ids"].numel()) for i in range(len(ds))]

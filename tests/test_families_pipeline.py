@@ -118,3 +118,24 @@ def test_doctor_config_per_engine_names_the_engine_that_cannot_serve(built, arch
         assert "vllm 0.32.0 cannot capture" in line and SERVED_AS[arch] in line
     else:
         assert r.returncode == 0 and "verdict: OK" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_parallel_drafters_train_on_every_family(built, arch, tmp_path):
+    """The family's dataset trains a DFlash and a P-EAGLE drafter too (in process, two steps each); each
+    checkpoint records the dataset's capture points, the ones its engines are told to feed it."""
+    from eaglewire.data.manifest import Manifest
+    from eaglewire.drafter.peagle import PEagleDrafter
+    from eaglewire.saved.checkpoint import load_checkpoint
+    from eaglewire.saved.dflash import load_dflash_checkpoint
+    from eaglewire.training.config import TrainConfig
+    from eaglewire.training.loop import run_train
+
+    _, d, _ = built(arch)
+    points = Manifest.load(d / "ds").points
+    kw = dict(data=d / "ds", device="cpu", max_steps=2, batch_size=2, max_len=128, val_fraction=0.0)
+    run_train(TrainConfig(out=tmp_path / "dflash", drafter="dflash", num_anchors=8, **kw))
+    assert load_dflash_checkpoint(tmp_path / "dflash")[1].points == points
+    run_train(TrainConfig(out=tmp_path / "peagle", drafter="p-eagle", **kw))
+    model, prov = load_checkpoint(tmp_path / "peagle")
+    assert isinstance(model, PEagleDrafter) and prov.points == points

@@ -16,21 +16,27 @@ import inspect
 from eaglewire.engines.sglang import launch_command
 from eaglewire.saved.formats import FORMATS
 from eaglewire.serve.config import ServeConfig
-from eaglewire.targets.points import ENGINES, PINNED
+from eaglewire.targets.registry import engine_spec
 
 GGUF = "gguf"  # `export --format gguf`: export/exporter.py hands it to llama.cpp's converter
-# engine row -> (name in the table, its `export --format`, its name for serve and doctor)
-ROWS = {"sglang": ("SGLang", "sglang", "sglang"), "vllm": ("vLLM", "vllm", "vllm"),
-        "llama.cpp": ("llama.cpp (llama-cpp-python)", GGUF, "llama.cpp"), "speculators": ("speculators (read by vLLM)", "speculators", ""),
-        "eaglewire": ("eaglewire's own engine", "", "")}
+# engine row -> its name in the table; the facts are the engine registry's (targets/registry.py)
+ROWS = {"sglang": "SGLang", "vllm": "vLLM", "llama.cpp": "llama.cpp (llama-cpp-python)",
+        "speculators": "speculators (read by vLLM)", "eaglewire": "eaglewire's own engine"}
 # what each drafts as eaglewire wires it: SGLang's from launch_command (topk), the others by their module
 DRAFTS = {"vllm": "chain (num_speculative_tokens: engines/vllm_server.py)",
           "llama.cpp": "chain (--spec-draft-p-min gated: engines/llama_server.py)",
           "speculators": "chain (vLLM loads it)",
-          "eaglewire": "chain, tree, tree + lookup, DFlash (decoding/)"}
+          "eaglewire": "chain, tree, tree + lookup (decoding/)"}
 # how `doctor live` recognises a running server (doctor/live.py), and that it predicts a chain only
 LIVE = {"sglang": "yes, chain only (/server_info)", "vllm": "yes (/version, /metrics)",
         "llama.cpp": "yes (/props, /metrics)", "speculators": "as vLLM", "eaglewire": "the reference it compares to"}
+
+# the parallel drafters (docs/parallel-drafters.md) per engine: what exports, serves and checks them
+PARALLEL = {"sglang": "DFlash: `--format sglang`, printed (DFLASH); P-EAGLE: no (0.5.23 has none)",
+            "vllm": "DFlash (`dflash`) and P-EAGLE (`parallel_drafting`): served and checked here",
+            "llama.cpp": "DFlash: `--format gguf` (its converter), not served by `serve`; P-EAGLE: no",
+            "speculators": "DFlash and P-EAGLE layouts (`--format speculators`)",
+            "eaglewire": "DFlash blocks (greedy, sampled), P-EAGLE (greedy): decoding/dflash.py, peagle.py"}
 
 
 def _serve_choices() -> tuple[str, ...]:
@@ -42,36 +48,42 @@ def _sglang_drafts() -> str:
     return f"chain (topk {topk}, what `serve` prints); tree with topk > 1"
 
 
-def _serve(name: str) -> str:
-    if not name or name not in _serve_choices():
+def _serve(key: str) -> str:
+    spec = engine_spec(key)
+    if key not in _serve_choices() or not spec:
         return "no"
-    return "--print-command only (CUDA)" if name == "sglang" else "started and checked here"
+    return "--print-command only (CUDA)" if spec.serve == "print" else "started and checked here"
 
 
-def _cpu(key: str, name: str) -> str:
-    """An engine serve starts here runs on this CPU (vLLM's CPU wheel, llama.cpp built from source), as does our own."""
-    if key == "eaglewire" or _serve(name).startswith("started"):
+def _cpu(key: str) -> str:
+    """An engine serve starts here runs on this CPU (vLLM's CPU wheel, llama.cpp built from source), as does our own;
+    one whose drafters another engine serves runs where that one does."""
+    spec = engine_spec(key)
+    if key == "eaglewire" or (spec.runs_here and _serve(key).startswith("started")):
         return "yes"
-    return "as vLLM" if key == "speculators" else "no (CUDA)"
+    runtime = engine_spec(spec.runtime) if spec.runtime != key else None
+    return f"as {ROWS[runtime.name]}" if runtime and runtime.runs_here else "no (CUDA)"
 
 
 def rows() -> list[dict]:
     """One row per engine; every cell a string, "no" where eaglewire has no path to it."""
     out = []
-    for key, (title, fmt, name) in ROWS.items():
+    for key, title in ROWS.items():
+        spec = engine_spec(key)
+        fmt = spec.formats[0] if spec and spec.formats else ""
         fmt_ok = fmt in FORMATS or fmt == GGUF
-        out.append({"engine": title, "pinned": PINNED.get("llama-cpp-python" if key == "llama.cpp" else key, ""),
+        out.append({"engine": title, "pinned": spec and spec.pinned or "",
                     "drafts": _sglang_drafts() if key == "sglang" else DRAFTS[key],
                     "export": f"`--format {fmt}`" if fmt and fmt_ok else "no (its own checkpoint)" if key == "eaglewire" else "no",
-                    "serve": _serve(name),
-                    "doctor_config": "yes" if (name or key) in ENGINES else "no (`doctor drafter`, `doctor online`)",
+                    "serve": _serve(key),
+                    "doctor_config": "yes" if spec and spec.doctor_config else "no (`doctor drafter`, `doctor online`)",
                     "live": LIVE[key],
-                    "cpu": _cpu(key, name)})
+                    "cpu": _cpu(key), "parallel": PARALLEL[key]})
     return out
 
 
 def markdown() -> str:
-    head = ("| engine | pinned | drafts | `export` | `serve --engine` | `doctor config --engine` | `doctor live` | runs on this CPU |\n"
-            "|---|---|---|---|---|---|---|---|\n")
+    head = ("| engine | pinned | drafts | `export` | `serve --engine` | `doctor config --engine` | `doctor live` | "
+            "runs on this CPU | DFlash, P-EAGLE |\n|---|---|---|---|---|---|---|---|---|\n")
     return head + "".join(f"| {r['engine']} | {r['pinned'] or '-'} | {r['drafts']} | {r['export']} | {r['serve']} | "
-                          f"{r['doctor_config']} | {r['live']} | {r['cpu']} |\n" for r in rows())
+                          f"{r['doctor_config']} | {r['live']} | {r['cpu']} | {r['parallel']} |\n" for r in rows())

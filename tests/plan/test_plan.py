@@ -309,3 +309,20 @@ def test_plan_sizes_the_training_run_train_makes():
     assert r["run"]["epochs"] == train.epochs and r["run"]["max_len"] == train.max_len
     assert r["run"]["train_tokens_per_epoch"] == 10 * train.max_len
     assert any(f"--max-len {train.max_len}" in a and "--seq-len 2048" in a for a in r["assumptions"])
+
+
+def test_mla_prefill_flops_count_the_score_and_value_dims_not_hidden_over_heads(tmp_path):
+    """DeepSeek-V3 attends over qk_nope+qk_rope = 192 dims and values of 128, not hidden/heads = 56: a hand
+    count of one prefill token (2 flops per active parameter, plus T/2 keys x heads x (192 + 128) x 2 flops
+    per layer) is what the GPU prefill rate divides by."""
+    from eaglewire.plan.estimate import MFU_PREFILL, _gpu_rates
+    from eaglewire.plan.shape import target_shape
+
+    raw = json.loads(_deepseek_v3_full(tmp_path).read_text())
+    s = target_shape(raw, "config.json")
+    assert (s["qk_head_dim"], s["v_head_dim"], s["head_dim"]) == (192, 128, 56)
+    cfg = PlanConfig(hf_config=tmp_path / "config.json", device="cuda", gpu_tflops=989.0, gpu_bandwidth_gbs=4800.0)
+    T = 2048
+    hand = 2 * s["active_parameters"] + 61 * (T / 2) * 128 * (192 + 128) * 2
+    got = _gpu_rates(cfg, {**s, "weight_bytes": 0, "weight_groups": {"routed_experts": {"bytes": 0}}}, T)["prefill"]
+    assert got == pytest.approx(cfg.gpu_tflops * 1e12 * MFU_PREFILL / hand, rel=1e-12)

@@ -31,7 +31,15 @@ def test_kimi_k25_int4_experts_are_counted_at_int4_and_the_rest_at_bf16():
     t = _plan("kimi_k25")["target"]
     routed = (61 - 1) * 384 * 3 * 7168 * 2048  # 60 MoE layers (first_k_dense_replace 1) x 384 experts x gate/up/down
     assert t["routed_expert_parameters"] == routed
-    assert t["weight_bytes"] == routed * (0.5 + 2 / 32) + (t["num_parameters"] - routed) * 2
+    # the whole language model by hand from the published config: per layer MLA (q_a, its norm, q_b over
+    # nope+rope, kv_a over latent+rope, its norm, kv_b, o) and two norms; one dense MLP; 60 MoE layers of
+    # 384 routed + 1 shared expert and a router; untied embedding and head, the final norm. (The router's
+    # e_score_correction_bias is a buffer in transformers, not counted.)
+    H, V, nh, ql, kl, rope, nope, vd = 7168, 163840, 64, 1536, 512, 64, 128, 128
+    mla = H * ql + ql + ql * nh * (nope + rope) + H * (kl + rope) + kl + kl * nh * (nope + vd) + nh * vd * H
+    total = 2 * V * H + H + 61 * (mla + 2 * H) + 3 * H * 18432 + 60 * (385 * 3 * H * 2048 + H * 384)
+    assert t["num_parameters"] == total == 1_026_408_209_408
+    assert t["weight_bytes"] == routed * (0.5 + 2 / 32) + (total - routed) * 2 == 594_205_259_776
     assert t["weight_groups"]["routed_experts"]["quantized"]
     assert not any(t["weight_groups"][g]["quantized"] for g in ("attention", "rest", "embed", "lm_head"))
     assert 540 * GIB < t["weight_bytes"] < 570 * GIB  # not the 1.9 TiB of a bf16 count

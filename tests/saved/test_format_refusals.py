@@ -35,3 +35,21 @@ def test_eagle_refusal_names_only_formats_that_accept_the_drafter():
     fix = next(w for w in why if "hard-codes" in w)
     assert fix.endswith("or export with --format vllm / --format speculators (they store the ids)")
     assert refusals("sglang", tiny_cfg(fc_norm=True), pts, L)
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "speculators"])
+def test_a_full_draft_vocabulary_exports_no_d2t_where_the_loader_registers_none(fmt):
+    """vLLM 0.32 refuses to start on a d2t its full-vocabulary drafter has no parameter for (seen serving a
+    full-vocabulary drafter in tests/serve/test_vllm_peagle_serving.py); the identity map is what it assumes."""
+    import torch
+
+    from eaglewire.saved.formats import to_format_state
+    from eaglewire_testing.export_helpers import make_drafter
+
+    full = make_drafter(draft_vocab_size=tiny_cfg().vocab_size)
+    sd = full.state_dict()
+    assert not sd["d2t"].any()  # a full draft vocabulary is the identity
+    assert not {"d2t", "t2d"} & set(to_format_state(fmt, full.config, sd))
+    part = make_drafter()
+    assert {"d2t", "t2d"} <= set(to_format_state(fmt, part.config, part.state_dict()))
+    assert torch.equal(to_format_state("sglang", full.config, sd)["d2t"], sd["d2t"])  # SGLang loads it

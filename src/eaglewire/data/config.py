@@ -13,7 +13,8 @@ from pathlib import Path
 
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
-from eaglewire.targets.points import ENGINES, POINTS_HELP
+from eaglewire.targets.points import POINTS_HELP
+from eaglewire.targets.registry import ENGINES, pinned_version
 
 PROMPTS = "prompts.jsonl"
 RESPONSES = "responses.jsonl"
@@ -144,7 +145,8 @@ class DataImportConfig:
     out: Path = opt(help="eaglewire dataset directory to write (must not exist)")
     format: str = opt("auto", "auto, speculators, specforge")
     points: list[str] = opt(help="physical points the features are (embed, layers.<k>.out, final_norm); default unknown", factory=list)
-    layers_from: str = opt("", f"engine meaning of --ids ({', '.join(ENGINES)}; optionally ==VERSION, e.g. sglang==0.5.23)")
+    layers_from: str = opt("", f"engine meaning of --ids ({', '.join(ENGINES)}; optionally ==VERSION, e.g. "
+                                  f"sglang=={pinned_version('sglang')})")
     ids: list[int] = opt(help="layer ids of the features in --layers-from's meaning", factory=list)
     target: str = opt("", "target that produced the states: layer count, fingerprint, final norm for speculators files")
     target_layers: int = opt(0, "the target's layer count when --target is not given (to resolve --ids/--points)")

@@ -38,14 +38,13 @@ from eaglewire.targets.load import load_skeleton, resolve_target_dir
 from eaglewire.targets.points import (
     EMBED,
     FINAL_NORM,
-    PINNED,
-    VLLM_NO_EMBED_MODEL_TYPES,
     Point,
     ids_for_points,
     layer_out,
     parse_points,
     point_option,
 )
+from eaglewire.targets.registry import VLLM_NO_EMBED_MODEL_TYPES, cpu_only_dtype, pinned_version
 
 STATES_DIR = ".vllm-states"
 
@@ -57,7 +56,7 @@ def capture_plan(pts: list[Point], num_layers: int, model_type: str | None = Non
     `final_norm` point is derived like the target hidden (column of the last layer).
     """
     if EMBED in pts and model_type in VLLM_NO_EMBED_MODEL_TYPES:
-        raise EaglewireError(f"--points embed: vLLM {PINNED['vllm']} cannot capture the embedding of a {model_type} "
+        raise EaglewireError(f"--points embed: vLLM {pinned_version('vllm')} cannot capture the embedding of a {model_type} "
                              "target (its DeepSeek model adds a residual that does not exist yet at id 0, and the "
                              "server dies at startup); capture it in process, or choose layers.<k>.out points")
     last = layer_out(num_layers - 1)
@@ -104,27 +103,28 @@ class VllmCapture:
 def _vllm_dtype(dtype: str, cpu_build: bool, target_dir: Path | None = None) -> str:
     """vLLM's --dtype for eaglewire's. vLLM 0.32's CPU build runs gated-delta-net linear attention (Qwen3-Next,
     Qwen3.5) in bf16 only (model_executor/layers/mamba/ops/cpu/gdn_attention.py: `assert mixed_qkv.dtype ==
-    torch.bfloat16, "CPU GDN attention requires BF16."`, raised on the first request): auto picks bf16 there,
-    and another dtype is refused before a server starts."""
+    torch.bfloat16, "CPU GDN attention requires BF16."`, raised on the first request; the registry's
+    `cpu_only_dtypes` of vLLM): auto picks bf16 there, and another dtype is refused before a server starts."""
     names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-    gdn = cpu_build and target_dir is not None and _linear_attention(target_dir)
+    only = cpu_only_dtype("vllm", _layer_kinds(target_dir)) if cpu_build and target_dir is not None else None
     if dtype == "auto":
-        return "bfloat16" if gdn else "float32" if cpu_build else "auto"
+        return names[only[1]] if only else "float32" if cpu_build else "auto"
     if dtype not in names:
         raise EaglewireError(f"--dtype {dtype!r}: expected auto, {', '.join(names)}")
-    if gdn and dtype != "bf16":
-        raise EaglewireError(f"--dtype {dtype}: vLLM {PINNED['vllm']}'s CPU build runs the linear attention of "
-                             f"{target_dir} in bf16 only ('CPU GDN attention requires BF16.'); use --dtype bf16")
+    if only and dtype != only[1]:
+        kind, need, words = only
+        raise EaglewireError(f"--dtype {dtype}: vLLM {pinned_version('vllm')}'s CPU build runs the "
+                             f"{kind.replace('_', ' ')} of {target_dir} in {need} only ('{words}'); use --dtype {need}")
     return names[dtype]
 
 
-def _linear_attention(target_dir: Path) -> bool:
-    """Whether the target's language model has linear-attention layers (its config's layer_types say so)."""
+def _layer_kinds(target_dir: Path) -> list:
+    """The kinds of the target's language-model layers (its config's layer_types; [] when it names none)."""
     raw = json_or_none(Path(target_dir) / "config.json")
     raw = raw if isinstance(raw, dict) else {}
     text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
     kinds = text.get("layer_types")
-    return isinstance(kinds, list) and "linear_attention" in kinds
+    return kinds if isinstance(kinds, list) else []
 
 
 def server_spec(cfg, target_dir: Path, ids: list[int], states_dir: Path, cpu_build: bool):

@@ -117,7 +117,7 @@ def round_masks(batch: dict, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
     return drafted, drafted[..., 0] & shift_left(valid, 1).bool()
 
 
-def decode_rounds(run: torch.Tensor, start: torch.Tensor) -> list[int]:
+def decode_rounds(run, start: torch.Tensor) -> list[int]:
     """Accepted drafts per round as greedy chain decoding meets them along one sample.
 
     `run[t]` is the accept length of a round whose known tokens end at t + 1
@@ -126,12 +126,13 @@ def decode_rounds(run: torch.Tensor, start: torch.Tensor) -> list[int]:
     the prefill's token. A round that accepts r drafts moves decoding r + 1
     tokens on (the bonus token): positions inside an accepted run are never
     round starts. Averaging over every position instead would over-weight
-    the easy stretches a good drafter skips over.
+    the easy stretches a good drafter skips over. `run` may be a function of t,
+    evaluated only at the rounds walked (a DFlash block costs a forward each).
     """
     s, T, t, out = start.tolist(), len(start), 0, []
     while t < T:
         if s[t]:
-            r = int(run[t])
+            r = int(run(t) if callable(run) else run[t])
             out.append(r)
             t += r + 1
         else:

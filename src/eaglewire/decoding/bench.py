@@ -2,7 +2,9 @@
 
 Methods: transformers ``generate`` greedy (the baseline), eaglewire plain
 decoding, transformers prompt-lookup decoding (opt-in), eaglewire chain and
-tree. Speedups are given against both transformers ``generate`` and our own
+tree with an EAGLE-3 drafter, eaglewire block decoding (``eaglewire_dflash``,
+``--depth`` drafts from one drafter forward per round) with a DFlash one, eaglewire parallel decoding
+(``eaglewire_peagle``, the same count of drafts per forward) with a P-EAGLE one. Speedups are given against both transformers ``generate`` and our own
 plain decoding: the plain engine is itself faster than ``generate`` (prepacked
 head), and that part of a gain is not speculation's.
 Every method is run once on a short warm-up first (first-call allocations
@@ -20,14 +22,22 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from eaglewire.decoding.dflash import BlockEngine, block_stats
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
 from eaglewire.decoding.metrics import Metrics
+from eaglewire.decoding.peagle import ParallelEngine
+from eaglewire.drafter.dflash import DFlashDrafter
+from eaglewire.drafter.peagle import PEagleDrafter
 from eaglewire.infra.atomic import write_json_atomic
 from eaglewire.infra.plots import pyplot
 
 METHODS = ("hf_generate", "eaglewire_plain", "hf_prompt_lookup", "eaglewire_chain", "eaglewire_tree",
-           "eaglewire_tree_lookup")
+           "eaglewire_tree_lookup", "eaglewire_dflash", "eaglewire_peagle")
+EAGLE3_METHODS = ("eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup")  # need an EAGLE-3 drafter
 DEFAULT_METHODS = ("hf_generate", "eaglewire_plain", "eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup")
+DFLASH_METHODS = ("hf_generate", "eaglewire_plain", "eaglewire_dflash")  # the default with a DFlash drafter
+PEAGLE_METHODS = ("hf_generate", "eaglewire_plain", "eaglewire_peagle")  # the default with a P-EAGLE drafter
+ONE_FORWARD = ("eaglewire_dflash", "eaglewire_peagle")  # K drafts from one drafter forward: a chain, vLLM-counted
 LOOKUP_TOKENS = 6  # eaglewire_tree_lookup: the drafter's tree plus a context-lookup branch of up to 6 tokens
 
 
@@ -47,7 +57,7 @@ def _run_one(method: str, target, engines: dict, ids: list[int], max_new: int, c
     if method.startswith("hf_"):
         out = _hf(target, ids, max_new, 10 if method == "hf_prompt_lookup" else None)
         return out, time.perf_counter() - t0, None
-    mode = method.split("_")[1]
+    mode = "chain" if method in ONE_FORWARD else method.split("_")[1]  # a block is a chain
     lookup = (cfg.lookup or LOOKUP_TOKENS) if method == "eaglewire_tree_lookup" else 0
     eng = engines["plain" if mode == "plain" else "spec"]
     r = eng.generate(ids, SpecConfig(**{**cfg.__dict__, "mode": mode, "max_new_tokens": max_new, "temperature": 0.0,
@@ -76,8 +86,12 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
     """
     cfg = (cfg or SpecConfig()).resolved(target.device)  # so the result records the threshold used
     categories = categories or ["all"] * len(prompts)
-    engines = {"plain": SpecEngine(target), "spec": SpecEngine(target, drafter, points, draft_weights=draft_weights)}
-    methods = [m for m in methods if drafter is not None or m not in ("eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup")]
+    dflash, peagle = isinstance(drafter, DFlashDrafter), isinstance(drafter, PEagleDrafter)
+    engines = {"plain": SpecEngine(target), "spec": BlockEngine(target, drafter) if dflash else
+               ParallelEngine(target, drafter, points) if peagle else
+               SpecEngine(target, drafter, points, draft_weights=draft_weights)}
+    methods = [m for m in methods if (m not in EAGLE3_METHODS or (drafter is not None and not dflash and not peagle))
+               and (m != "eaglewire_dflash" or dflash) and (m != "eaglewire_peagle" or peagle)]
     for m in methods:  # warm-up: first-call allocations and weight packing are not per-request costs
         _run_one(m, target, engines, prompts[0], min(8, max_new), cfg)
     secs = {m: [[0.0] * len(prompts) for _ in range(repeats)] for m in methods}
@@ -100,7 +114,12 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
     res = {"max_new_tokens": max_new, "num_prompts": len(prompts), "repeats": repeats, "interleaved": True,
            "methods": {}, "config": {"depth": cfg.depth, "top_k": cfg.top_k, "tree_depth": cfg.tree_depth,
                                       "total_tokens": cfg.total_tokens, "min_prob": cfg.min_prob,
-                                      "gate": cfg.gate, "draft_weights": engines["spec"].draft.weights if drafter is not None else None}}
+                                      "gate": cfg.gate, "draft_weights": engines["spec"].draft.weights
+                                      if drafter is not None and not dflash and not peagle else None,
+                                      "drafter": "dflash" if dflash else "p-eagle" if peagle else
+                                      "eagle3" if drafter is not None else None}}
+    if dflash:
+        res["config"]["block_size"] = drafter.config.block_size
     base = methods[0]
     for m in methods:
         tps = [sum(ntok[m]) / sum(secs[m][r]) for r in range(repeats)]
@@ -115,6 +134,8 @@ def run_bench(target, drafter, points, prompts: list[list[int]], max_new: int,
             row.update(tau=d["tau"], accept_per_position=d["accept_per_position"], accept_hist=d["accept_hist"],
                        time_s=d["time_s"], verify_steps=d["verify_steps"], drafted_tokens=d["drafted_tokens"],
                        rounds_without_drafts=d["rounds_without_drafts"])
+            if m in ONE_FORWARD:
+                row.update(block_stats(agg))
         res["methods"][m] = row
     _speedups(res, methods, secs, ntok, repeats)
     res["categories"] = _per_category(methods, secs, ntok, metrics, categories, repeats)
@@ -205,7 +226,9 @@ def fmt_ratio(row: dict, key: str) -> str:
 
 def markdown(res: dict) -> str:
     c = res.get("config", {})
-    shape = (f"chain depth {c.get('depth')}, tree top_k {c.get('top_k')} / depth {c.get('tree_depth')} / "
+    shape = (f"DFlash blocks of {c.get('depth')} drafts (block_size {c.get('block_size')})"
+             if c.get("drafter") == "dflash" else f"P-EAGLE: {c.get('depth')} parallel drafts per round"
+             if c.get("drafter") == "p-eagle" else f"chain depth {c.get('depth')}, tree top_k {c.get('top_k')} / depth {c.get('tree_depth')} / "
              f"{c.get('total_tokens')} tokens, min_prob {c.get('min_prob', 0.0)}")
     lines = [f"{res['num_prompts']} prompts, {res['max_new_tokens']} max new tokens, greedy, methods interleaved per "
              f"prompt, {res['repeats']} repeat(s): median (range over repeats); {shape}\n",
@@ -225,7 +248,7 @@ def markdown(res: dict) -> str:
             lines.append(f"\neaglewire plain decoding runs at {v:.2f}x {k[len('plain_vs_'):]} (no speculation): "
                          "speculation's own gain is the 'vs eaglewire plain' column.")
     cats = res.get("categories") or {}
-    spec = [m for m in res["methods"] if m in ("eaglewire_chain", "eaglewire_tree", "eaglewire_tree_lookup")]
+    spec = [m for m in res["methods"] if m in (*EAGLE3_METHODS, *ONE_FORWARD)]
     if len(cats) > 1 and spec:
         lines += ["", "| category | prompts | " + " | ".join(f"{m} tau | {m} vs plain" for m in spec) + " |",
                   "|---|---:|" + "---:|" * (2 * len(spec))]

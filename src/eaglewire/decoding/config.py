@@ -14,7 +14,8 @@ from eaglewire.infra.output import json_flag
 class _DraftShape:
     """How much is drafted per step: `generate` and `bench` take the same options (`decoding.run.spec_config` reads them)."""
 
-    depth: int = opt(DEFAULTS["chain_depth"], "chain: draft tokens per round (vLLM's num_speculative_tokens)", ge=1)
+    depth: int = opt(DEFAULTS["chain_depth"], "chain, and DFlash blocks: draft tokens per round (vLLM's "
+                     "num_speculative_tokens); DFlash: at most block_size - 1, the default capped there", ge=1)
     top_k: int = opt(DEFAULTS["top_k"], "tree: frontier size per level", ge=1)
     tree_depth: int = opt(DEFAULTS["tree_depth"], "tree: levels", ge=1)
     total_tokens: int = opt(DEFAULTS["total_tokens"], "tree: tokens per verify (root + drafts)", ge=2)
@@ -36,8 +37,9 @@ class DecodeConfig(_DraftShape):
     prompt: str = opt(help="the user message (or raw text with --no-chat)")
     target: str = opt("", "target: default, tiny:<arch>, an HF model dir, a .gguf file or a cached hub id; default: the target the "
                       "drafter records, else `default`")
-    drafter: Path | None = opt(None, "drafter checkpoint directory; without it decoding is plain")
-    mode: str = opt("tree", "plain, chain or tree (chain and tree need a drafter)", choices=("plain", "chain", "tree"))
+    drafter: Path | None = opt(None, "drafter checkpoint directory (EAGLE-3 or DFlash); without it decoding is plain")
+    mode: str = opt("tree", "plain, chain or tree (chain and tree need a drafter; with a DFlash drafter both decode "
+                    "one block of --depth drafts per round)", choices=("plain", "chain", "tree"))
     temperature: float = opt(0.0, "0 = greedy (exactly the target's greedy output)", ge=0)
     top_p: float = opt(1.0, "nucleus sampling when temperature > 0", gt=0, le=1)
     max_new_tokens: int = opt(128, "max generated tokens", ge=1)
@@ -48,12 +50,14 @@ class DecodeConfig(_DraftShape):
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")
     dtype: str = opt("auto", "auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16")
     force: bool = opt(False, "run a drafter that does not match the target (warned)")
+    vs_plain: bool = opt(False, "DFlash: also decode the prompt plainly right after (both warmed up) and report "
+                         "speedup_vs_plain, and for greedy whether the tokens match")
     json: bool = json_flag()
 
 
 @dataclass(kw_only=True)
 class BenchConfig(_DraftShape):
-    drafter: Path = opt(help="drafter checkpoint directory (or a training run directory)")
+    drafter: Path = opt(help="drafter checkpoint directory, EAGLE-3 or DFlash (or a training run directory)")
     prompts: Path | None = opt(None, 'JSONL: {"prompt": ..., "category": ...} or {"messages": [...]} per line; '
                                "default: the shipped held-out set (54 prompts, 9 categories)")
     target: str = opt("", "target: default, tiny:<arch>, an HF model dir, a .gguf file or a cached hub id; default: the target the "
@@ -64,7 +68,8 @@ class BenchConfig(_DraftShape):
     auto_shape: int = opt(0, "first try several tree shapes on this many prompts and bench the fastest (0 = off)", ge=0)
     methods: list[str] = opt(help="methods (repeatable): hf_generate, eaglewire_plain, hf_prompt_lookup, "
                              "eaglewire_chain, eaglewire_tree, eaglewire_tree_lookup (the drafter's tree plus a "
-                             "context-lookup branch); default: all but hf_prompt_lookup", factory=list)
+                             "context-lookup branch), eaglewire_dflash (a DFlash drafter's blocks); default: all "
+                             "but hf_prompt_lookup that the drafter can run", factory=list)
     chat: bool = opt(True, "apply the target's chat template")
     out: Path | None = opt(None, "directory for bench.json, bench.md, bench.png")
     device: str = opt("auto", "auto, cpu, cuda, cuda:N")

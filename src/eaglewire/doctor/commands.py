@@ -17,6 +17,7 @@ from eaglewire.data.jsonl import read_jsonl, response_problem
 from eaglewire.data.manifest import Manifest
 from eaglewire.decoding.compat import load_drafter_for
 from eaglewire.decoding.engine import SpecEngine
+from eaglewire.decoding.peagle import ParallelEngine
 from eaglewire.decoding.run import encode_prompt_file
 from eaglewire.doctor.config import (
     DoctorDatasetConfig,
@@ -26,6 +27,7 @@ from eaglewire.doctor.config import (
     DoctorOnlineConfig,
 )
 from eaglewire.doctor.dataset import doctor_dataset
+from eaglewire.doctor.dflash_live import dflash_prediction_for, is_dflash_checkpoint, refuse_dflash
 from eaglewire.doctor.drafter import doctor_drafter
 from eaglewire.doctor.engine_config import doctor_config, user_training
 from eaglewire.doctor.inference import doctor_online
@@ -39,6 +41,7 @@ from eaglewire.doctor.records import (
     trained_wiring,
 )
 from eaglewire.doctor.verdict import Report
+from eaglewire.drafter.peagle import PEagleDrafter
 from eaglewire.infra.device import resolve_device
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.saved.checkpoint import load_checkpoint, read_provenance, resolve_dir
@@ -62,6 +65,8 @@ def dataset_report(cfg: DoctorDatasetConfig) -> Report:
 
 def drafter_report(cfg: DoctorDrafterConfig) -> Report:
 
+    refuse_dflash(cfg.ckpt, "drafter", "`eaglewire doctor live` compares a server with its block decoding, "
+                  "`eaglewire doctor config` checks the exported ids")
     model, prov = load_checkpoint(resolve_dir(cfg.ckpt))
     t = load_target(target_source_for(cfg.target, prov.target.source, cfg.ckpt))
     if (model.config.vocab_size, model.config.target_hidden_size) != (t.vocab_size, t.hidden_size):
@@ -109,8 +114,11 @@ def live_check(url: str, ckpt: Path, source: str, *, prompts: Path | None, num_p
         p_min, rec = recorded_gate(ckpt)
         p_min, gate_from = (p_min, str(rec)) if p_min else (0.0, "")
     t = load_target(source)
-    drafter, points, _ = load_drafter_for(t, ckpt)
-    engine = SpecEngine(t, drafter, points)
+    if is_dflash_checkpoint(ckpt):  # one block forward per round: the prediction decodes blocks, not chains
+        engine, points = dflash_prediction_for(t, ckpt)
+    else:  # a P-EAGLE drafter drafts its K positions in one forward (vLLM parallel_drafting): predicted so
+        drafter, points, _ = load_drafter_for(t, ckpt)
+        engine = (ParallelEngine if isinstance(drafter, PEagleDrafter) else SpecEngine)(t, drafter, points)
     ids = encode_prompt_file(engine, prompts or heldout_prompts_path(), num_prompts)[0]
     if max_model_len:
         ids = fitting_prompts(ids, max_new_tokens, max_model_len)
@@ -151,6 +159,8 @@ def _live_offline(cfg: DoctorLiveConfig) -> Report:
     """No target in memory: its tokenizer renders the dataset's prompts, its lm_head (read alone) scores drafts."""
 
     ckpt = resolve_dir(cfg.drafter)
+    refuse_dflash(ckpt, "live --data", "run doctor live with the target instead of --data (the prediction then "
+                  "decodes blocks on it)")
     model, prov = load_checkpoint(ckpt)
     source = target_source_for(cfg.target, prov.target.source, cfg.drafter)
     tok, head_w = load_tokenizer(source), load_head_weight(source)
@@ -168,6 +178,7 @@ def _live_offline(cfg: DoctorLiveConfig) -> Report:
 
 def online_report(cfg: DoctorOnlineConfig) -> Report:
 
+    refuse_dflash(resolve_dir(cfg.drafter), "online", "`eaglewire doctor live` and `eaglewire doctor config` check it")
     model, prov = load_checkpoint(resolve_dir(cfg.drafter))
     t = load_target(target_source_for(cfg.target, prov.target.source, cfg.drafter))
     serve = points_from_ids(cfg.serve_ids, cfg.layers_from, t.num_layers, t.arch) if cfg.serve_ids else None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
+from eaglewire.doctor.dflash_config import doctor_dflash
 from eaglewire.doctor.gguf_config import doctor_config_gguf
 from eaglewire.doctor.verdict import Report
 from eaglewire.export.gguf import arch_refusal
@@ -29,9 +30,10 @@ from eaglewire.targets.points import (
 )
 from eaglewire.targets.points import id_meanings as points_id_meanings
 from eaglewire.targets.producers import READINGS, Producer, readings, trained_points
+from eaglewire.targets.registry import DOCTOR_ENGINES
 from eaglewire.targets.support import capture_refusal
 
-ENGINES = ("sglang", "vllm", "speculators", "llama.cpp")
+ENGINES = DOCTOR_ENGINES  # the engines whose draft configs `doctor config` reads
 
 
 def _ids(cfg: dict, engine: Engine) -> tuple[list[int] | None, str]:
@@ -402,6 +404,8 @@ def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[st
                              + did_you_mean(eng.name, ENGINES))
     if L is None:
         raise EaglewireError("the target's number of layers is unknown: pass --target or --target-layers")
+    if (dflash := doctor_dflash(Path(d), eng, L, trained, trained_with)) is not None:  # other keys, other meanings
+        return dflash
     if eng.name == "llama.cpp":  # a GGUF: its metadata, not a config.json, holds the ids
         if trained_with is not None:
             raise EaglewireError("--trained-with reads a config.json; for a GGUF name the points: --trained-points")

@@ -458,10 +458,11 @@ def _no_drafts(url: str, eng: Engine, engine, prompts: list[list[int]], max_new_
                      f"nor does eaglewire's prediction: this drafter's best first draft never reaches {p_min:g}",
                      "serve with a lower --p-min (0 drafts every position): nothing is checked, or sped up, while "
                      "nothing is drafted")
-    how = {"llama.cpp": "start llama-server with --metrics, -md DRAFTER.gguf --spec-type draft-eagle3",
-           "sglang": "start SGLang with --speculative-algorithm EAGLE3 --speculative-draft-model-path DRAFTER "
-                     "--speculative-eagle-topk 1"}.get(eng.name, "start vLLM with --speculative-config (method "
-                                                                  "eagle3) naming the exported drafter")
+    method = getattr(engine, "method", "eagle3")  # DFlashPrediction says "dflash"
+    how = {"llama.cpp": f"start llama-server with --metrics, -md DRAFTER.gguf --spec-type draft-{method}",
+           "sglang": f"start SGLang with --speculative-algorithm {method.upper()} --speculative-draft-model-path "
+                     "DRAFTER --speculative-eagle-topk 1"}.get(eng.name, f"start vLLM with --speculative-config "
+                                                                         f"(method {method}) naming the exported drafter")
     return Check("speculation", False, f"{url} reports no speculative drafts for {n} prompts", how)
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eaglewire.doctor.engine_config import ENGINES
-from eaglewire.export.exporter import RECORD
+from eaglewire.export.written import RECORD
 from eaglewire.infra.atomic import read_json
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.saved.checkpoint import read_provenance, resolve_dir
 from eaglewire.saved.formats import DRAFTER_KEY, ID_ENGINE
 from eaglewire.saved.provenance import FILE as PROVENANCE
 from eaglewire.targets.fingerprint import TargetFingerprint
+from eaglewire.targets.registry import DOCTOR_ENGINES
 
 SERVE_RECORD = "serve.json"  # beside the export `eaglewire serve` wrote: what its server loaded
 
@@ -32,10 +32,10 @@ def exported_for(d: Path) -> str | None:
         fmt, spec = record.get("format"), record.get("engine_spec")
     except (OSError, ValueError, AttributeError, RecursionError):
         return None
-    if isinstance(spec, str) and spec.partition("==")[0] in ENGINES:
+    if isinstance(spec, str) and spec.partition("==")[0] in DOCTOR_ENGINES:
         return spec  # with the version the ids were written for (older records name the format only)
     engine = ID_ENGINE.get(fmt) if isinstance(fmt, str) else None
-    return engine if engine in ENGINES else None
+    return engine if engine in DOCTOR_ENGINES else None
 
 
 def trained_wiring(src: Path) -> tuple[list[str] | None, int | None, str | None, str | None]:

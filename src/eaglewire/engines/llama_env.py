@@ -27,9 +27,9 @@ from eaglewire.infra.buildcache import NO_RECORD, damage, seal
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.locks import waiting_lock
 from eaglewire.targets.load import cache_dir
-from eaglewire.targets.points import PINNED
+from eaglewire.targets.registry import pinned_version
 
-LLAMA_CPP_PYTHON = PINNED["llama-cpp-python"]
+LLAMA_CPP_PYTHON = pinned_version("llama.cpp")  # the llama-cpp-python release whose llama.cpp is built
 _READY = ".eaglewire-ready"
 CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
                "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",

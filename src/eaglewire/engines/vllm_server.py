@@ -30,6 +30,7 @@ from eaglewire.infra.errors import EaglewireError
 from eaglewire.saved.depth import DEPTH
 from eaglewire.targets.codecheck import refuse_foreign_code
 
+SPEC_METHODS = ("eagle3", "dflash")  # vLLM 0.32 `--speculative-config` methods eaglewire exports for
 PROGRESS_EVERY_S = 30.0  # a line while a server starts: often enough to show life, rarely enough to read
 
 
@@ -38,6 +39,8 @@ class ServeSpec:
     target_dir: Path  # an HF model directory (vLLM loads it itself)
     drafter_dir: Path | None  # an `eaglewire export --format vllm` directory; None = plain serving
     depth: int = DEPTH  # num_speculative_tokens
+    method: str = "eagle3"  # vLLM's speculative method: "eagle3", or "dflash" for a block drafter (z-lab layout)
+    parallel_drafting: bool = False  # eagle3 with K drafts from one forward: a P-EAGLE drafter (saved/peagle.py)
     port: int = 8000
     host: str = "127.0.0.1"
     dtype: str = "auto"  # vLLM --dtype (float32 on CPU matches our fp32 engine)
@@ -53,7 +56,12 @@ class ServeSpec:
 def speculative_config(spec: ServeSpec) -> dict | None:
     if spec.drafter_dir is None:
         return None
-    return {"method": "eagle3", "model": str(spec.drafter_dir), "num_speculative_tokens": spec.depth}
+    if spec.method not in SPEC_METHODS:
+        raise EaglewireError(f"speculative method {spec.method!r}: expected one of {', '.join(SPEC_METHODS)}")
+    sc = {"method": spec.method, "model": str(spec.drafter_dir), "num_speculative_tokens": spec.depth}
+    if spec.parallel_drafting:  # without it vLLM drafts a P-EAGLE drafter sequentially and drops its mask_hidden
+        sc["parallel_drafting"] = True
+    return sc
 
 
 def engine_command(python: Path | str, spec: ServeSpec) -> list[str]:

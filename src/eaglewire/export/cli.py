@@ -28,6 +28,8 @@ def register(app) -> None:
 
         r = run_export(cfg)
         ids = "no ids (hard-coded)" if r["ids"] is None else f"ids {r['ids']} in {r['ids_key']}"
+        if r.get("kind") == "dflash":  # the numbering named: z-lab and vLLM ids for one point differ by one
+            ids = f"{r['ids_written']} in {r['ids_key']}"
         _print(r, cfg.json, f"wrote {r['format']} drafter to {r['out']}: points {r['points']} -> {ids}"
                             f" (for {r['engine']})" + "".join(f"\n  assumed: {a}" for a in r["assumed"]))
 
@@ -35,7 +37,8 @@ def register(app) -> None:
         from eaglewire.export.importer import run_import
 
         r = run_import(cfg)
-        _print(r, cfg.json, f"imported {r['format']} drafter into {r['out']}: points {r['points']}"
+        read = f" ({r['ids_read']}, read from {r['ids_key']})" if r.get("kind") == "dflash" else ""
+        _print(r, cfg.json, f"imported {r['format']} drafter into {r['out']}: points {r['points']}{read}"
                             + "".join(f"\n  assumed: {a}" for a in r["assumed"]))
 
     build_command(app, "export", ExportConfig, export,

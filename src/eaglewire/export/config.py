@@ -8,7 +8,7 @@ from pathlib import Path
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
 from eaglewire.saved.depth import DEPTH  # the one default depth (see there)
-from eaglewire.targets.points import ENGINES
+from eaglewire.targets.registry import ENGINES
 
 
 @dataclass

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 from safetensors.torch import save_file
 
 from eaglewire.drafter.vocabmap import duplicate_target
 from eaglewire.export import gguf
 from eaglewire.export.config import ExportConfig
+from eaglewire.export.dflash_io import run_export_dflash
+from eaglewire.export.peagle_io import peagle_entry, peagle_outputs, refuse_format
+from eaglewire.export.written import RECORD, default_verifier, verifier_record, write_dir
 from eaglewire.infra.atomic import atomic_dir, check_replace
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.infra.hub import cached_snapshot, is_repo_id
 from eaglewire.saved.checkpoint import load_checkpoint, resolve_dir
+from eaglewire.saved.dflash import is_dflash_checkpoint
 from eaglewire.saved.formats import (
     DRAFTER_KEY,
     ID_ENGINE,
@@ -32,56 +34,8 @@ from eaglewire.saved.formats import (
     to_format_state,
 )
 from eaglewire.saved.weights import check_exported
-from eaglewire.targets.load import resolve_target_dir
 from eaglewire.targets.points import ENGINE_HELP, Engine, version_differences
 from eaglewire.targets.support import capture_refusal
-
-RECORD = "eaglewire.export.json"
-
-
-def _verifier(name: str, local: Path | None = None) -> dict:
-    """speculators' verifier record: the name to load, the architectures from its config where it is here."""
-    d = local if local is not None else Path(name)
-    arch: list = []
-    if (d / "config.json").is_file():
-        arch = json.loads((d / "config.json").read_text()).get("architectures") or []
-    return {"name_or_path": name, "architectures": arch}
-
-
-def default_verifier(ckpt: Path, source: str | None) -> dict:
-    """The target the drafter records, as speculators' `verifier`.
-
-    speculators 0.9.0's `Eagle3DraftModel.from_pretrained` reads the verifier's
-    config and fails on a null one, so an export that names no verifier only
-    looks like it worked. A hub id in the local cache stays an id (the serving
-    machine resolves it); a local name becomes the directory eaglewire loads the
-    target from. A name that is neither here is refused rather than guessed:
-    a relative path recorded elsewhere looks exactly like an `org/name` id.
-    """
-    fix = "pass --verifier with the target's HF id or local model directory"
-    if not source:
-        raise EaglewireError(f"{ckpt}: speculators needs the verifier (the target) and the checkpoint records none: {fix}")
-    if not Path(source).expanduser().exists() and is_repo_id(source):
-        try:
-            return _verifier(source, cached_snapshot(source, "model", f"recorded target {source!r}"))
-        except EaglewireError as e:
-            raise EaglewireError(f"{ckpt}: the recorded target {source!r} is neither a directory here nor in the local "
-                                 f"HF cache, so it cannot be checked as a hub id: {fix}") from e
-    try:
-        d = resolve_target_dir(source).resolve()
-    except EaglewireError as e:
-        raise EaglewireError(f"{ckpt}: the recorded target {source!r} cannot be found here ({e}): {fix}") from e
-    return _verifier(str(d))
-
-
-def _write_dir(out: Path, files: dict) -> None:
-    """Atomic: a temp dir renamed into place, so a failed export never leaves half a layout."""
-    with atomic_dir(out) as tmp:
-        for name, content in files.items():
-            if isinstance(content, dict) and name.endswith(".safetensors"):
-                save_file(content, str(tmp / name), metadata={"format": "pt"})
-            else:
-                (tmp / name).write_text(json.dumps(content, indent=2))
 
 
 def refuse_duplicate_targets(ckpt, model) -> None:
@@ -93,6 +47,11 @@ def refuse_duplicate_targets(ckpt, model) -> None:
 
 
 def run_export(cfg: ExportConfig) -> dict:
+    if is_dflash_checkpoint(cfg.ckpt):  # its own layouts and id numbering (export/dflash_io.py)
+        return run_export_dflash(cfg)
+    peagle = peagle_entry(cfg.ckpt)  # an EAGLE-3 checkpoint plus mask_hidden (export/peagle_io.py)
+    if peagle is not None:
+        refuse_format(cfg.ckpt, cfg.format)
     if cfg.format.lower() in ("gguf", "llama.cpp"):
         return run_export_gguf(cfg)
     fmt = canonical(cfg.format)
@@ -114,7 +73,7 @@ def run_export(cfg: ExportConfig) -> dict:
         w = version_differences(ids, Engine("sglang", None, eng.arch), L)
         if w:
             warnings.append(w + f"; these ids are written for {eng.label()}")
-    verifier = _verifier(cfg.verifier) if cfg.verifier else None
+    verifier = verifier_record(cfg.verifier) if cfg.verifier else None
     if fmt == "speculators" and verifier is None:
         verifier = default_verifier(cfg.ckpt, prov.target.source)
     flags = [k for k in ("fc_norm", "norm_before_fc", "norm_output") if getattr(model.config, k)]
@@ -126,6 +85,8 @@ def run_export(cfg: ExportConfig) -> dict:
         warnings.append("the checkpoint's target is unknown (imported without --target): check the serving target yourself")
     config = build_config(fmt, model.config, ids, verifier, cfg.depth)
     tensors = to_format_state(fmt, model.config, model.state_dict())
+    if peagle is not None:
+        config, tensors, k = peagle_outputs(fmt, model, config, tensors, cfg.depth, peagle["depths"])
     check_exported(tensors, "f32", str(cfg.ckpt))  # written as float32: finite is what can be checked
     record = {"source": str(cfg.ckpt), "format": fmt, "points": [p.name for p in points], "target_num_layers": L,
               "ids": ids, "engine": eng.label(),
@@ -135,7 +96,10 @@ def run_export(cfg: ExportConfig) -> dict:
               # the training-time layer config, so `doctor config` on this directory alone can check
               # rope/eps/norm placement even after the checkpoint is moved or deleted
               DRAFTER_KEY: model.config.to_dict()}
-    _write_dir(cfg.out, {"config.json": config, "model.safetensors": tensors, RECORD: record})
+    if peagle is not None:  # what `serve` reads back: vLLM drafts in parallel only when told (saved/peagle.py)
+        record.update(kind="p-eagle", mask_token_id=model.mask_token_id, depths=peagle["depths"], depth=k,
+                      parallel_drafting=True)
+    write_dir(cfg.out, {"config.json": config, "model.safetensors": tensors, RECORD: record})
     return {"out": str(cfg.out), **record, "num_tensors": len(tensors), "replaced": replaced}
 
 

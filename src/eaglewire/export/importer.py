@@ -24,10 +24,12 @@ from eaglewire.drafter import DrafterConfig
 from eaglewire.drafter.config import BOUNDS, MAX_DRAFTER_LAYERS, bounded_count
 from eaglewire.drafter.vocabmap import duplicate_target
 from eaglewire.export.config import ImportConfig
-from eaglewire.export.exporter import RECORD
+from eaglewire.export.dflash_io import run_import_dflash
+from eaglewire.export.written import RECORD
 from eaglewire.infra.atomic import check_replace
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.saved.checkpoint import checked_model, save_checkpoint
+from eaglewire.saved.dflash_formats import is_dflash
 from eaglewire.saved.formats import (
     FORMATS,
     ID_ENGINE,
@@ -342,6 +344,10 @@ def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
 
 def run_import(cfg: ImportConfig) -> dict:
     src = Path(cfg.src)
+    if src.is_dir() and (src / "config.json").is_file():
+        cpath, raw = read_config_json(src)
+        if is_dflash(raw):  # its own layouts and id numberings (export/dflash_io.py)
+            return run_import_dflash(cfg, src, cpath, raw)
     replaced = check_replace(cfg.out, cfg.force, PROVENANCE, "checkpoint", sources=(src,))
     if cfg.layers_from:
         Engine.parse(cfg.layers_from)  # fails early, naming the accepted engines

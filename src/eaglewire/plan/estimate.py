@@ -181,7 +181,8 @@ def _cpu_rates(cfg, s: dict, d: dict) -> dict:
 def _gpu_rates(cfg, s: dict, T: int) -> dict:
     """Generation and extraction on a GPU: not measured by this project (stated utilisations, printed)."""
     flops, bw = cfg.gpu_tflops * 1e12, cfg.gpu_bandwidth_gbs * 1e9
-    attn = 2 * s["kv_cache_layers"] * T * s["num_heads"] * s["head_dim"]  # causal: ~T/2 keys x (QK + PV) x 2 flops
+    # causal: ~T/2 keys per query, x 2 flops, over the score (QK) and value (PV) dims of each head
+    attn = s["kv_cache_layers"] * T * s["num_heads"] * (s["qk_head_dim"] + s["v_head_dim"])
     prefill = flops * MFU_PREFILL / (2 * s["active_parameters"] + attn)
     B, ne, k = cfg.gen_batch_size, s["num_experts"], s["experts_per_token"]
     touched = 1 - (1 - k / ne) ** B if ne else 1.0  # share of routed experts a batch reads per step

@@ -24,17 +24,23 @@ from safetensors.torch import save_file
 
 from eaglewire.drafter.config import DrafterConfig
 from eaglewire.drafter.model import Eagle3Drafter
+from eaglewire.drafter.peagle import PEagleDrafter
 from eaglewire.infra.atomic import atomic_dir
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.paths import close_path_hint
+from eaglewire.saved.depth import DEPTH
 from eaglewire.saved.formats import DRAFTER_KEY, checkpoint_config
+from eaglewire.saved.peagle import PEAGLE_KEY, peagle_record, read_peagle
 from eaglewire.saved.provenance import Provenance
 
 WEIGHTS = "model.safetensors"
 
 
-def save_checkpoint(out: Path, model: Eagle3Drafter, prov: Provenance) -> Path:
-    """Write atomically: a temp dir renamed into place, so a crash never leaves half a checkpoint."""
+def save_checkpoint(out: Path, model: Eagle3Drafter, prov: Provenance, depths: int = DEPTH) -> Path:
+    """Write atomically: a temp dir renamed into place, so a crash never leaves half a checkpoint.
+
+    A :class:`PEagleDrafter` also records its mask id and ``depths`` (the parallel positions it was trained
+    for) under ``PEAGLE_KEY``, so that it loads as one (saved/peagle.py)."""
     if prov.points is None or prov.num_layers is None:
         raise EaglewireError(f"{out}: a checkpoint needs its capture points and the target's layer count")
     out = Path(out)
@@ -42,6 +48,8 @@ def save_checkpoint(out: Path, model: Eagle3Drafter, prov: Provenance) -> Path:
         sd = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         save_file(sd, str(tmp / WEIGHTS), metadata={"format": "pt"})
         config = checkpoint_config(model.config, prov.points, prov.num_layers, prov.fingerprint.model_type)
+        if isinstance(model, PEagleDrafter):
+            config[PEAGLE_KEY] = peagle_record(model.mask_token_id, depths)
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         prov.save(tmp)
     return out
@@ -86,18 +94,27 @@ def load_checkpoint(d: Path, device: torch.device | str = "cpu", dtype: torch.dt
         cfg = DrafterConfig.from_dict(raw[DRAFTER_KEY])
     except (ValueError, TypeError) as e:
         raise EaglewireError(f"{cfg_path}: {DRAFTER_KEY}: {e}") from e
+    peagle = read_peagle(raw, cfg_path)
     prov = read_provenance(d)
-    model = checked_model(cfg, load_state(d / WEIGHTS), d / WEIGHTS)
+    mask = None if peagle is None else peagle["mask_token_id"]
+    try:
+        model = checked_model(cfg, load_state(d / WEIGHTS), d / WEIGHTS, mask)
+    except ValueError as e:  # a mask id outside the vocabulary (PEagleDrafter's own check)
+        raise EaglewireError(f"{cfg_path}: {PEAGLE_KEY}: {e}") from e
     return model.to(device=device, dtype=dtype).eval(), prov
 
 
-def checked_model(cfg: DrafterConfig, sd: dict, where) -> Eagle3Drafter:
-    """The drafter holding `sd`, allocated only once its shapes (a storage-free model on the meta device)
-    match the tensors read: a config that claims more than the weights hold allocates nothing."""
+def checked_model(cfg: DrafterConfig, sd: dict, where, mask_token_id: int | None = None) -> Eagle3Drafter:
+    """The drafter holding `sd` (a :class:`PEagleDrafter` when a mask id is given), allocated only once its
+    shapes (a storage-free model on the meta device) match the tensors read: a config that claims more than
+    the weights hold allocates nothing."""
+    def make():
+        return Eagle3Drafter(cfg) if mask_token_id is None else PEagleDrafter(cfg, mask_token_id)
+
     with torch.device("meta"):
-        shapes = Eagle3Drafter(cfg)
+        shapes = make()
     check_state(shapes, sd, where)
-    model = Eagle3Drafter(cfg)
+    model = make()
     model.load_state_dict(sd, strict=True)
     return model
 

@@ -230,8 +230,10 @@ def to_format_state(fmt: str, cfg: DrafterConfig, sd: dict[str, torch.Tensor]) -
             for i, chunk in enumerate(v.chunk(cfg.num_aux)):
                 out[f"fc_norm.{i}.weight"] = chunk.clone()
             continue
-        if fmt == "speculators" and k in ("d2t", "t2d") and cfg.draft_vocab_size == cfg.vocab_size:
-            continue  # speculators registers no d2t/t2d buffers for a full vocab: they would be unexpected keys
+        if fmt in ("vllm", "speculators") and k in ("d2t", "t2d") and cfg.draft_vocab_size == cfg.vocab_size:
+            # a full draft vocabulary is the identity (data/vocab.py): neither registers d2t/t2d for it, and vLLM
+            # 0.32 refuses to start on the unexpected key ("no module or parameter named 'draft_id_to_target_id'")
+            continue
         out[k] = v
     return out
 

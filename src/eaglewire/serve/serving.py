@@ -5,10 +5,14 @@ that will serve it, starts vLLM's OpenAI-compatible server with the matching
 speculative config, and says "ready" only after `doctor live` found the served
 acceptance equal to eaglewire's prediction on a few held-out prompts. The
 exact engine command is printed first, so it can be copied to a GPU box.
+A DFlash checkpoint takes the same path with vLLM's `dflash` method and a
+block-decoding prediction (serve/dflash.py); a P-EAGLE one vLLM's `eagle3`
+with `parallel_drafting` and a parallel-decoding prediction (serve/peagle.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -24,7 +28,8 @@ from eaglewire.export.exporter import run_export
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.infra.output import emit
 from eaglewire.saved.checkpoint import read_provenance, resolve_dir
-from eaglewire.serve import llamacpp
+from eaglewire.saved.depth import DEPTH
+from eaglewire.serve import dflash, llamacpp, peagle
 from eaglewire.serve.config import ServeConfig
 from eaglewire.serve.fit import read_target_config, refuse_misfit, tensor_parallel
 from eaglewire.serve.record import say, say_line, write_record
@@ -43,11 +48,22 @@ def _export(cfg: ServeConfig, ckpt: Path, out: Path, version: str | None) -> dic
     return run_export(ExportConfig(ckpt=ckpt, format="vllm", out=out / "vllm", engine_version=version or "", force=True))
 
 
-def _spec(cfg: ServeConfig, target_dir: Path, export_dir: Path, device_type: str):
+def _spec(cfg: ServeConfig, target_dir: Path, export_dir: Path, device_type: str, depth: int, method: str,
+          parallel: bool = False):
     dtype = cfg.dtype if cfg.dtype != "auto" else ("float32" if device_type == "cpu" else "auto")
     mem = cfg.memory_fraction or (0.3 if device_type == "cpu" else 0.0)
-    return ServeSpec(target_dir=target_dir, drafter_dir=export_dir, depth=cfg.depth, port=cfg.port, host=cfg.host,
-                     dtype=dtype, max_model_len=cfg.max_model_len, memory_fraction=mem)
+    return ServeSpec(target_dir=target_dir, drafter_dir=export_dir, depth=depth, method=method, port=cfg.port,
+                     host=cfg.host, dtype=dtype, max_model_len=cfg.max_model_len, memory_fraction=mem,
+                     parallel_drafting=parallel)
+
+
+def _kind(cfg: ServeConfig, ckpt: Path) -> tuple[int, str]:
+    """(drafts per round, vLLM's speculative method): a DFlash drafter drafts its block's slots."""
+    if dflash.is_dflash_checkpoint(ckpt):
+        return dflash.dflash_depth(cfg.depth, dflash.block_size(ckpt)), dflash.METHOD
+    if peagle.is_peagle_checkpoint(ckpt):  # eagle3 with parallel_drafting (ServeSpec), K its trained depths
+        return peagle.peagle_depth(cfg.depth, ckpt), "eagle3"
+    return cfg.depth, "eagle3"
 
 
 def _served_target(source: str) -> str:
@@ -78,30 +94,44 @@ def print_commands(cfg: ServeConfig, ckpt: Path, source: str, prov) -> dict:
     out = cfg.out or ckpt.parent / "serve"
     export_dir = out / cfg.engine
     tp, tp_how = _fitted_tp(cfg, ckpt, source, prov)
+    depth, method = _kind(cfg, ckpt)
+    parallel = peagle.is_peagle_checkpoint(ckpt)
+    if parallel:
+        peagle.refuse_engine(cfg.engine, ckpt)
     version = f" --engine-version {shlex.quote(cfg.engine_version)}" if cfg.engine_version else ""
     export = (f"eaglewire export {shlex.quote(str(ckpt))} --format {cfg.engine}{version} "
               f"--out {shlex.quote(str(export_dir))} --force")
     target = _served_target(source)
-    if cfg.engine == "sglang":
-        engine = launch_line(target, export_dir, cfg.depth, host=cfg.host, port=cfg.port, tp=tp)
+    if cfg.engine == "sglang" and method == dflash.METHOD:
+        engine = dflash.sglang_command(target, export_dir, depth, host=cfg.host, port=cfg.port, tp=tp)
+    elif cfg.engine == "sglang":
+        engine = launch_line(target, export_dir, depth, host=cfg.host, port=cfg.port, tp=tp)
     else:
-        spec = ServeSpec(target_dir=Path(target), drafter_dir=export_dir, depth=cfg.depth, port=cfg.port,
+        spec = ServeSpec(target_dir=Path(target), drafter_dir=export_dir, depth=depth, method=method, port=cfg.port,
                          host=cfg.host, dtype="" if cfg.dtype == "auto" else cfg.dtype,
                          max_model_len=cfg.max_model_len, memory_fraction=cfg.memory_fraction,
-                         extra=["--tensor-parallel-size", str(tp)] if tp > 1 else [])
+                         parallel_drafting=parallel, extra=["--tensor-parallel-size", str(tp)] if tp > 1 else [])
         engine = shlex.join(serve_command(spec))
     if tp > 1:
         print(f"note: tensor-parallel size {tp}: {tp_how}", file=sys.stderr)
     return {"engine": cfg.engine, "export_command": export, "command": engine, "export": str(export_dir),
-            "target": source, "depth": cfg.depth, "tensor_parallel_size": tp, "tensor_parallel_from": tp_how}
+            "target": source, "depth": depth, "method": method, "tensor_parallel_size": tp,
+            "tensor_parallel_from": tp_how}
 
 
 def run_serve(cfg: ServeConfig) -> dict:
     ckpt = resolve_dir(cfg.drafter)
+    if not cfg.depth and not dflash.is_dflash_checkpoint(ckpt) and not peagle.is_peagle_checkpoint(ckpt):
+        # the DFlash block and the P-EAGLE depths resolve their own (_kind)
+        cfg = dataclasses.replace(cfg, depth=DEPTH)
     prov = read_provenance(ckpt)
     source = cfg.target or prov.target.source
     if not source:
         raise EaglewireError(f"{ckpt}: records no target (imported): pass --target")
+    if cfg.engine == "llama.cpp" and dflash.is_dflash_checkpoint(ckpt):
+        dflash.refuse_engine(cfg.engine, ckpt)
+    if cfg.engine == "llama.cpp" and peagle.is_peagle_checkpoint(ckpt):
+        peagle.refuse_engine(cfg.engine, ckpt)
     if cfg.engine == "llama.cpp":
         out = cfg.out or ckpt.parent / "serve"
         if cfg.print_command:
@@ -118,18 +148,24 @@ def run_serve(cfg: ServeConfig) -> dict:
         res = print_commands(cfg, ckpt, source, prov)
         emit(res, cfg.json, lambda r: print(f"{r['export_command']}\n{r['command']}"))
         return res
+    if cfg.engine != "vllm" and dflash.is_dflash_checkpoint(ckpt):
+        dflash.refuse_engine(cfg.engine, ckpt)
+    if peagle.is_peagle_checkpoint(ckpt):
+        peagle.refuse_engine(cfg.engine, ckpt)
     if cfg.engine != "vllm":
         raise EaglewireError(f"--engine {cfg.engine}: eaglewire starts and checks vLLM and llama.cpp; --print-command prints "
                              f"the {cfg.engine} command for the machine that will serve")
     out = cfg.out or ckpt.parent / "serve"
     refuse_foreign_code(resolve_target_dir(source), "vLLM", strict=False)  # vLLM implements native families itself
+    depth, method = _kind(cfg, ckpt)  # first: a --depth the block cannot draft looks for nothing, writes nothing
     py, version = _python(cfg)
     say(cfg, f"[serve] exporting the drafter for {version or 'vLLM'} into {out / 'vllm'}")
     exp = _export(cfg, ckpt, out, version)
-    spec = _spec(cfg, resolve_target_dir(source), Path(exp["out"]).resolve(), "cuda" if torch.cuda.is_available() else "cpu")
+    spec = _spec(cfg, resolve_target_dir(source), Path(exp["out"]).resolve(), "cuda" if torch.cuda.is_available() else "cpu",
+                 depth, method, peagle.is_peagle_checkpoint(ckpt))
     cmd = engine_command(py, spec)
     res = {"url": spec.url, "command": shlex.join(cmd), "export": exp["out"], "ids": exp["ids"], "engine": exp["engine"],
-           "target": source, "log": str(out / "vllm.log"), "depth": cfg.depth}
+           "target": source, "log": str(out / "vllm.log"), "depth": depth, "method": method}
     write_record(out, res)
     print(f"[serve] {res['command']}", file=sys.stderr, flush=True)
     server = VllmServer(py, spec, out / "vllm.log")
@@ -167,6 +203,7 @@ def _check(cfg: ServeConfig, ckpt: Path, source: str, url: str, export_dir: Path
     if cfg.check_prompts == 0:
         return None
     say(cfg, f"[serve] checking {url} before 'ready': {cfg.check_prompts} held-out prompts, served against predicted")
+    # one check for every drafter kind: doctor live predicts a DFlash block, a P-EAGLE parallel draft or a chain
     return live_check(url, ckpt, source, prompts=None, num_prompts=cfg.check_prompts, max_new_tokens=cfg.max_new_tokens,
                       served_drafter=export_dir, p_min=cfg.p_min if cfg.engine == "llama.cpp" else 0.0,
                       max_model_len=cfg.max_model_len, quiet=cfg.json)

@@ -8,7 +8,8 @@ to it (`points`). Nothing here is typed by hand, so the README cannot drift.
 
 from __future__ import annotations
 
-from eaglewire.targets.points import PINNED, Engine
+from eaglewire.targets.points import Engine
+from eaglewire.targets.registry import pinned_version
 from eaglewire.targets.support import capture_support
 from eaglewire.targets.tiny import ARCHS
 from eaglewire.targets.tiny_families import SERVED_AS
@@ -26,13 +27,14 @@ def rows() -> list[dict]:
         served = SERVED_AS.get(arch) or _BASE[arch]
         out.append({"target": f"tiny:{arch}", "served_as": served,
                     "sglang": capture_support("sglang", None, served),
-                    "sglang_ids": _RULES.get(Engine("sglang", PINNED["sglang"], served).rule, "?"),
+                    "sglang_ids": _RULES.get(Engine("sglang", pinned_version("sglang"), served).rule, "?"),
                     "vllm": capture_support("vllm", None, served)})
     return out
 
 
 def markdown() -> str:
-    head = (f"| target | served as | SGLang {PINNED['sglang']} EAGLE-3 | SGLang ids | vLLM {PINNED['vllm']} EAGLE-3 |\n"
+    head = (f"| target | served as | SGLang {pinned_version('sglang')} EAGLE-3 | SGLang ids | "
+            f"vLLM {pinned_version('vllm')} EAGLE-3 |\n"
             "|---|---|---|---|---|\n")
     return head + "".join(f"| `{r['target']}` | `{r['served_as']}` | {r['sglang']} | {r['sglang_ids']} | {r['vllm']} |\n"
                           for r in rows())

@@ -73,10 +73,15 @@ def geometry(f: Fields) -> dict:
     g["experts_per_token"] = (f.count("num_experts_per_tok", "moe_topk", default=2, hi=g["num_experts"])
                               if g["num_experts"] else 0)
     if f.raw.get("kv_lora_rank"):  # MLA (DeepSeek-V2/V3): the cache holds the latent and the rope key only
-        g["kv_values_per_token_per_layer"] = (f.count("kv_lora_rank", hi=MAX_HIDDEN)
-                                              + f.count("qk_rope_head_dim", required=True, hi=MAX_HIDDEN))
+        rope = f.count("qk_rope_head_dim", required=True, hi=MAX_HIDDEN)
+        g["kv_values_per_token_per_layer"] = f.count("kv_lora_rank", hi=MAX_HIDDEN) + rope
+        # attention scores run over nope+rope dims and values over v_head_dim (192 and 128 on DeepSeek-V3 and
+        # Kimi-K2.5), not over hidden/heads (112): what prefill FLOPs count
+        g["qk_head_dim"] = f.count("qk_nope_head_dim", required=True, hi=MAX_HIDDEN) + rope
+        g["v_head_dim"] = f.count("v_head_dim", required=True, hi=MAX_HIDDEN)
     else:
         g["kv_values_per_token_per_layer"] = 2 * g["num_kv_heads"] * g["head_dim"]
+        g["qk_head_dim"] = g["v_head_dim"] = g["head_dim"]
     return g
 
 

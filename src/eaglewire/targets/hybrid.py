@@ -18,16 +18,17 @@ linear-attention layer exactly as at a full-attention one:
 
 from __future__ import annotations
 
-from eaglewire.targets.points import PINNED, Point
+from eaglewire.targets.points import Point
+from eaglewire.targets.registry import pinned_version
 
 FULL_KINDS = frozenset({"full_attention", "sliding_attention", "attention"})
 
 # engine label -> (captures at a linear-attention layer, where that was read)
 LINEAR_CAPTURE = {
-    f"sglang {PINNED['sglang']}": (True, "models/qwen3_next.py, qwen3_5.py: linear decoder layers capture too"),
-    f"vllm {PINNED['vllm']}": (True, "models/qwen3_next.py: Qwen3NextModel.forward captures after every layer"),
-    f"llama.cpp {PINNED['llama-cpp-python']}": (True, "src/models/qwen3next.cpp, qwen35.cpp: t_layer_inp on every "
-                                                      "layer"),
+    f"sglang {pinned_version('sglang')}": (True, "models/qwen3_next.py, qwen3_5.py: linear decoder layers capture too"),
+    f"vllm {pinned_version('vllm')}": (True, "models/qwen3_next.py: Qwen3NextModel.forward captures after every layer"),
+    f"llama.cpp {pinned_version('llama.cpp')}": (True, "src/models/qwen3next.cpp, qwen35.cpp: t_layer_inp on every "
+                                                       "layer"),
 }
 
 

@@ -7,7 +7,8 @@ importing torch.
 from __future__ import annotations
 
 from eaglewire.targets.config import LayersConfig
-from eaglewire.targets.points import PINNED, Engine, id_lists, points_from_ids, version_differences
+from eaglewire.targets.points import Engine, id_lists, points_from_ids, version_differences
+from eaglewire.targets.registry import RUNTIMES, pinned_version
 from eaglewire.targets.support import capture_refusal, capture_support
 
 
@@ -29,6 +30,5 @@ def convert_layers(cfg: LayersConfig) -> dict:
 
 def engine_support(arch: str) -> dict[str, dict]:
     """Per pinned engine, whether it can capture EAGLE-3 features from this class at all, and why not."""
-    pinned = {**PINNED, "llama.cpp": PINNED["llama-cpp-python"]}
-    return {f"{e} {pinned[e]}": {"support": capture_support(e, None, arch), "refusal": capture_refusal(e, None, arch)}
-            for e in ("sglang", "vllm", "llama.cpp")}
+    return {f"{e} {pinned_version(e)}": {"support": capture_support(e, None, arch),
+                                         "refusal": capture_refusal(e, None, arch)} for e in RUNTIMES}

@@ -15,7 +15,8 @@ An engine that cannot capture a point gets `None` (JSON null), never a guess.
 What an id means depends on the engine, its version and, for SGLang 0.5.13
 and later, the target's architecture (docs/conventions.md §2). The rules
 here are the ones the pinned engines' own code was executed against in
-tests/export/test_engine_conformance.py; `PINNED` names those versions.
+tests/export/test_engine_conformance.py; the engine registry (registry.py) pins those versions,
+and says which rule each engine applies.
 """
 
 from __future__ import annotations
@@ -24,72 +25,25 @@ import re
 from dataclasses import dataclass
 
 from eaglewire.infra.errors import EaglewireError, did_you_mean
+from eaglewire.targets.registry import (  # noqa: F401 (the engine facts, importable from here as before)
+    DEFAULT_ENGINE,
+    ENGINE_HELP,
+    ENGINES,
+    ORDERED_ENGINES,
+    PINNED,
+    SGLANG_END_CAPTURE_SINCE,
+    SGLANG_FIRST_ID_ARCHS,
+    SGLANG_FIRST_ID_RULE_SINCE,
+    SGLANG_LAST_ALWAYS_PLUS_ONE,
+    SGLANG_LAST_ID_ARCHS,
+    SGLANG_LAST_ID_RULE_SINCE,
+    SGLANG_SHIFTED_DEFAULT_ARCHS,
+    engine_spec,
+    first_id_family,
+    id_rule_version,
+    pinned_version,
+)
 
-# The engine versions whose own code the conformance tests execute. Bumping one is
-# this one line; the tests then download that release and check every rule below.
-PINNED = {"sglang": "0.5.23", "vllm": "0.32.0", "llama-cpp-python": "0.3.36"}
-# First SGLang release whose deepseek_v2.py / glm4_moe_lite.py add the +1 only when
-# the first id is 1 (bisected over the PyPI wheels: 0.5.12.post1 has no condition).
-SGLANG_FIRST_ID_RULE_SINCE = "0.5.13"
-SGLANG_LAST_ALWAYS_PLUS_ONE = "0.5.12.post1"  # executed by the conformance test too
-# Target classes that inherit that conditional rule in SGLang 0.5.23 (the test
-# derives this set from the wheel and fails when it changes) ...
-SGLANG_FIRST_ID_ARCHS = frozenset({
-    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN",
-    "KimiK25ForConditionalGeneration", "Glm4MoeLiteForCausalLM", "Glm4MoeLiteForCausalLMNextN",
-    "GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLMNextN", "MistralLarge3ForCausalLM",
-    "MistralLarge3ForCausalLMEagle", "Glm5NextForConditionalGenerationNextN",
-})
-# ... and the HF model_type of those targets, for records that keep only the model_type.
-SGLANG_FIRST_ID_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k25", "kimi_k2",
-                                         "glm4_moe_lite", "glm_moe_dsa"})
-# transformers' own class names for targets that are published, and dispatched on by the engines, under
-# another name (transformers writes `Kimi_K25ForConditionalGeneration`; the checkpoint and SGLang say
-# `KimiK25ForConditionalGeneration`): an id rule keyed on a class reads the published name.
-PUBLISHED_ARCH = {"Kimi_K25ForConditionalGeneration": "KimiK25ForConditionalGeneration"}
-
-# SGLang's gpt_oss.py, bisected over the PyPI wheels: from 0.5.17 a list whose largest id equals L is kept as
-# written (id v = input of layer v); otherwise the +1 holds. Only from 0.5.21 does its forward capture at the
-# end of the stack (value L = the last layer's output), so on 0.5.17-0.5.20 an id L (kept) or L-1 (+1) captures
-# nothing. (laguna.py, minimax_m3.py and nemotron_h.py capture there in 0.5.23 too; our rules refuse their last
-# layer, which is conservative.)
-SGLANG_LAST_ID_RULE_SINCE = "0.5.17"
-SGLANG_END_CAPTURE_SINCE = "0.5.21"
-SGLANG_LAST_ID_ARCHS = frozenset({"GptOssForCausalLM", "gpt_oss"})
-
-# Targets whose SGLang 0.5.23 class applies the +1 to its own default [2, L//2, L-3] as well, so
-# that a config without ids captures one layer deeper than everywhere else (minimax_m3_vl.py).
-SGLANG_SHIFTED_DEFAULT_ARCHS = frozenset({"MiniMaxM3SparseForConditionalGeneration"})
-
-# vLLM 0.32's DeepseekV2Model (DeepSeek-V2/V3/V3.2 and the targets built on it) computes the aux state
-# for id 0 as `hidden_states + residual` while the residual is still None, so a server asked for id 0
-# (the embedding) dies at startup; Llama-style models add id 0 before the first layer and capture it.
-# Executed against the engine in tests/engines/test_vllm_capture.py.
-VLLM_NO_EMBED_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k25", "kimi_k2"})
-
-ENGINES = ("hf", "eagle", "sglang", "specforge", "vllm", "speculators", "llama.cpp")
-# The engine every option naming one defaults to (`--engine`, `layers --layers-from`) when the artifact
-# records none: the one `eaglewire serve` starts and the tests serve with for real (tests/serve).
-DEFAULT_ENGINE = "vllm"
-ENGINE_HELP = {
-    "hf": "transformers output_hidden_states index (0 = embed, k = output of layer k-1, L = final norm)",
-    "eagle": "official EAGLE-3 repository: HF index meaning, hard-coded [2, L//2, L-3]",
-    "sglang": "SGLang: id i = output of layer i (it adds +1 and captures entering layer i+1); no embed, no last "
-              "layer. From 0.5.13 on DeepSeek-V2/V3/V3.2, Kimi-K2.5, GLM-4-MoE-Lite, GLM-5 targets the +1 is added "
-              "only when the first id is 1; otherwise id i = input of layer i (= output of layer i-1). From 0.5.17 on "
-              "GPT-OSS a list whose largest id is L is kept as written (id i = input of layer i), and from 0.5.21 the last "
-              "layer's output is captured (id L-1, or L in such a list)",
-    "specforge": "SpecForge: classic SGLang meaning (id i = output of layer i)",
-    "vllm": "vLLM: id i = input of layer i (0 = embed, L = last layer's pre-norm output); ids are sorted and deduplicated",
-    "speculators": "speculators: vLLM meaning",
-    "llama.cpp": "llama.cpp: id i = input of layer i (0 = embed, k = output of layer k-1), exactly 3 ids, fed in "
-                 "the order written; the last layer's output and the final norm cannot be captured on llama targets",
-}
-_ALIASES = {"eagle": "hf", "specforge": "sglang", "speculators": "vllm", "llama.cpp": "llamacpp"}
-# Engines that feed the slots in the order the ids are written, duplicates included (llama.cpp's
-# common/speculative.cpp interleaves target_layer_ids[k] for k = 0, 1, 2); the others walk the
-# layers and deliver ascending, deduplicated slots.
-ORDERED_ENGINES = frozenset({"hf", "llamacpp"})
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.out$")
 
 
@@ -221,14 +175,8 @@ POINTS_HELP = ("embed, layers.<k>.out (layers.-2.out counts from the end), final
 def _version_tuple(v: str) -> tuple[int, ...]:
     m = re.match(r"^(\d+(?:\.\d+)*)", v)
     if not m:
-        raise EaglewireError(f"engine version {v!r}: expected a release number such as 0.5.23")
+        raise EaglewireError(f"engine version {v!r}: expected a release number such as {pinned_version('sglang')}")
     return tuple(int(x) for x in m.group(1).split("."))
-
-
-def first_id_family(arch: str | None) -> bool:
-    """True when SGLang (>= 0.5.13) serves this target with the first-id-conditional +1."""
-    arch = PUBLISHED_ARCH.get(arch, arch)
-    return bool(arch) and (arch in SGLANG_FIRST_ID_ARCHS or arch in SGLANG_FIRST_ID_MODEL_TYPES)
 
 
 @dataclass(frozen=True)
@@ -250,9 +198,10 @@ class Engine:
         name, _, version = str(spec).strip().partition("==")
         name = name.strip().lower()
         if name not in ENGINES:
-            hint = " (newer SGLang is now named by version: sglang==0.5.23)" if name == "sglang-new" else ""
+            pin = pinned_version("sglang")
+            hint = f" (newer SGLang is now named by version: sglang=={pin})" if name == "sglang-new" else ""
             raise EaglewireError(f"engine {spec!r}: expected one of {', '.join(ENGINES)}, "
-                                 f"optionally with ==VERSION (e.g. sglang==0.5.23){hint or did_you_mean(name, ENGINES)}")
+                                 f"optionally with ==VERSION (e.g. sglang=={pin}){hint or did_you_mean(name, ENGINES)}")
         if version:
             _version_tuple(version)
         return Engine(name, version.strip() or None, arch)
@@ -260,15 +209,15 @@ class Engine:
     @property
     def assumed_version(self) -> str | None:
         """The version whose rule applies: the one given, else the newest verified."""
-        return self.version or PINNED.get(self.name)
+        return self.version or id_rule_version(self.name)
 
     @property
     def rule(self) -> str:
         """'hf', 'vllm', 'sglang' (always +1), 'sglang-first-id' (+1 only when the first id is 1) or
         'sglang-last-id' (no +1 when the largest id is L)."""
-        base = _ALIASES.get(self.name, self.name)
-        if base != "sglang" or self.name == "specforge":
-            return base
+        spec = engine_spec(self.name)
+        if spec is None or not spec.ids_by_family:
+            return spec.rule if spec else self.name
         v = _version_tuple(self.assumed_version)
         if v >= _version_tuple(SGLANG_FIRST_ID_RULE_SINCE) and first_id_family(self.arch):
             return "sglang-first-id"
@@ -277,13 +226,13 @@ class Engine:
         return "sglang"
 
     def label(self) -> str:
-        out = self.name + (f" {self.assumed_version}" if self.name in PINNED else "")
+        out = self.name + (f" {self.assumed_version}" if id_rule_version(self.name) else "")
         return out + (f" ({self.arch})" if self.arch and self.name == "sglang" else "")
 
     def assumptions(self) -> list[str]:
         """What was assumed because it was not given, or is not verified (empty: nothing)."""
         out = []
-        pin = PINNED.get(self.name)
+        pin = id_rule_version(self.name)
         if pin and not self.version:
             out.append(f"no {self.name} version given: assumed {pin}, the newest whose code the tests execute")
         elif pin and _version_tuple(self.version) > _version_tuple(pin):
@@ -298,7 +247,8 @@ class Engine:
         """This engine under each rule-distinct version known (for 'check every version')."""
         if self.name != "sglang" or self.version:
             return [self]
-        return [Engine("sglang", SGLANG_LAST_ALWAYS_PLUS_ONE, self.arch), Engine("sglang", PINNED["sglang"], self.arch)]
+        return [Engine("sglang", SGLANG_LAST_ALWAYS_PLUS_ONE, self.arch),
+                Engine("sglang", pinned_version("sglang"), self.arch)]
 
 
 def default_points(engine: str | Engine, num_layers: int, arch: str | None = None) -> list[Point]:
@@ -499,9 +449,9 @@ def id_lists(points: list[Point], num_layers: int) -> dict[str, list[int | None]
     out: dict[str, list[int | None]] = {"names": [p.name for p in points]}  # type: ignore[dict-item]
     out["hf_index"] = ids_for_points(points, "hf", num_layers)
     out["sglang"] = ids_for_points(points, "sglang", num_layers)
-    out["sglang_deepseek"] = ids_for_points(points, Engine("sglang", PINNED["sglang"], "DeepseekV3ForCausalLM"),
+    out["sglang_deepseek"] = ids_for_points(points, Engine("sglang", pinned_version("sglang"), "DeepseekV3ForCausalLM"),
                                             num_layers)
-    for eng in ("specforge", "vllm", "speculators", "llama.cpp"):
+    for eng in (e for e in ENGINES if engine_spec(e).rule != "hf" and e != "sglang"):  # the rest, one rule each
         out[eng] = ids_for_points(points, eng, num_layers)
     return out
 
@@ -541,5 +491,5 @@ def version_differences(ids: list[int], engine: str | Engine, num_layers: int, a
                             for v, fams in by_version.items())
 
     parts = [f"{what} to {readers(by_version)}" for what, by_version in groups.items()]  # one clause per meaning
-    fix = "name the engine version (e.g. sglang==0.5.23)" + ("" if eng.arch else " and the target's class (--arch)")
+    fix = f"name the engine version (e.g. sglang=={pinned_version('sglang')})" + ("" if eng.arch else " and the target's class (--arch)")
     return f"SGLang ids {ids} are read differently: " + "; ".join(parts) + f"; {fix}"

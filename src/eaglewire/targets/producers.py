@@ -19,15 +19,11 @@ import re
 from dataclasses import dataclass
 
 from eaglewire.infra.errors import EaglewireError, did_you_mean
-from eaglewire.targets.points import (
-    PINNED,
+from eaglewire.targets.points import Engine, Point, default_points, eagle3_default, fed_points
+from eaglewire.targets.registry import (
     SGLANG_FIRST_ID_RULE_SINCE,
     SGLANG_LAST_ALWAYS_PLUS_ONE,
-    Engine,
-    Point,
-    default_points,
-    eagle3_default,
-    fed_points,
+    pinned_version,
 )
 
 # SpecForge release -> the SGLang its capture backend runs (the wheel's `Requires-Dist: sglang==`).
@@ -81,7 +77,7 @@ class Producer:
         if self.name == "specforge":
             return [Producer("specforge", v) for v in SPECFORGE_SGLANG]
         if self.name == "sglang":
-            return [Producer("sglang", SGLANG_LAST_ALWAYS_PLUS_ONE), Producer("sglang", PINNED["sglang"])]
+            return [Producer("sglang", SGLANG_LAST_ALWAYS_PLUS_ONE), Producer("sglang", pinned_version("sglang"))]
         return [self]
 
     def engine(self, arch: str | None) -> Engine | None:
@@ -90,7 +86,7 @@ class Producer:
             sg = SPECFORGE_SGLANG[self.version or max(SPECFORGE_SGLANG, key=_release)]
             return Engine("sglang", sg, arch) if sg else None
         if self.name == "speculators":
-            return Engine("vllm", PINNED["vllm"], arch)
+            return Engine("vllm", pinned_version("vllm"), arch)
         return Engine(self.name, self.version, arch)
 
     def label(self) -> str:
@@ -143,8 +139,8 @@ def trained_points(cfg: dict, producer: Producer, num_layers: int, arch: str | N
 
 # Every reading offered when nothing is known of training: the producers whose rules differ.
 READINGS = (Producer("specforge", "0.2.0"), Producer("specforge", "0.1.0"),
-            Producer("sglang", SGLANG_LAST_ALWAYS_PLUS_ONE), Producer("sglang", PINNED["sglang"]),
-            Producer("vllm", PINNED["vllm"]), Producer("speculators"))
+            Producer("sglang", SGLANG_LAST_ALWAYS_PLUS_ONE), Producer("sglang", pinned_version("sglang")),
+            Producer("vllm", pinned_version("vllm")), Producer("speculators"))
 
 
 def readings(cfg: dict, num_layers: int, arch: str | None, producers: list[Producer] | tuple[Producer, ...] = READINGS

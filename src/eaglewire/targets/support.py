@@ -15,7 +15,7 @@ again from the wheels and fails when a pinned version changes them.
 
 from __future__ import annotations
 
-from eaglewire.targets.points import PINNED, PUBLISHED_ARCH
+from eaglewire.targets.registry import PUBLISHED_ARCH, engine_spec, pinned_version
 
 # vLLM's runner, verbatim (two literals joined), when the target class lacks SupportsEagle3.
 VLLM_REFUSAL = "Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested"
@@ -212,12 +212,12 @@ LLAMA_CPP_GRAPHS = {
     "Gemma3ForCausalLM": ("gemma3", False),
 }
 
-# engine -> version -> (can capture, registered but cannot)
+# engine -> version -> (can capture, registered but cannot); read at each engine's pinned release
 _FACTS = {
-    "vllm": {"0.32.0": (VLLM_EAGLE3_ARCHS, VLLM_NO_EAGLE3_ARCHS)},
-    "sglang": {"0.5.23": (SGLANG_EAGLE3_ARCHS, SGLANG_NO_EAGLE3_ARCHS)},
-    "llama.cpp": {"0.3.36": (frozenset(a for a, (_, ok) in LLAMA_CPP_GRAPHS.items() if ok),
-                             frozenset(a for a, (_, ok) in LLAMA_CPP_GRAPHS.items() if not ok))},
+    "vllm": {pinned_version("vllm"): (VLLM_EAGLE3_ARCHS, VLLM_NO_EAGLE3_ARCHS)},
+    "sglang": {pinned_version("sglang"): (SGLANG_EAGLE3_ARCHS, SGLANG_NO_EAGLE3_ARCHS)},
+    "llama.cpp": {pinned_version("llama.cpp"): (frozenset(a for a, (_, ok) in LLAMA_CPP_GRAPHS.items() if ok),
+                                                frozenset(a for a, (_, ok) in LLAMA_CPP_GRAPHS.items() if not ok))},
 }
 _HOW = {
     "vllm": f"vLLM refuses at startup: \"{VLLM_REFUSAL}\"",
@@ -228,12 +228,9 @@ _HOW = {
 
 
 def _engine(engine: str) -> str:
-    name = engine.strip().lower().partition("==")[0].strip()
-    return {"specforge": "sglang", "speculators": "vllm", "llamacpp": "llama.cpp"}.get(name, name)
-
-
-def _pinned(eng: str) -> str:
-    return PINNED.get(eng) or (PINNED["llama-cpp-python"] if eng == "llama.cpp" else "")
+    """The engine whose code runs for this name (specforge: SGLang's), as the facts are keyed."""
+    spec = engine_spec(engine)
+    return spec.runtime if spec and spec.runtime else engine.strip().lower().partition("==")[0].strip()
 
 
 def capture_support(engine: str, version: str | None, arch: str | None) -> str:
@@ -242,7 +239,7 @@ def capture_support(engine: str, version: str | None, arch: str | None) -> str:
     "unknown" when the version's source was not read, or the class is not registered by it.
     """
     eng = _engine(engine)
-    facts = _FACTS.get(eng, {}).get(version or _pinned(eng))
+    facts = _FACTS.get(eng, {}).get(version or pinned_version(eng))
     if facts is None or not arch:
         return "unknown"
     arch = PUBLISHED_ARCH.get(arch, arch)
@@ -256,7 +253,7 @@ def capture_refusal(engine: str, version: str | None, arch: str | None) -> str |
     if capture_support(engine, version, arch) != "no":
         return None
     eng = _engine(engine)
-    ver = version or _pinned(eng)
+    ver = version or pinned_version(eng)
     shown = PUBLISHED_ARCH.get(arch, arch)
     how = _HOW[eng].format(graph=LLAMA_CPP_GRAPHS.get(shown, ("?",))[0])
     return f"{eng} {ver} cannot capture EAGLE-3 features from {shown}: {how}"

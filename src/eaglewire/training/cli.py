@@ -16,6 +16,14 @@ def _print_result(res: dict) -> None:
     v = res["validation"]
     accs = " ".join(f"{a:.3f}" for a in v.get("acc", []))
     print(f"drafter: {res['drafter']}  steps {res['steps']}  val loss {v.get('loss', float('nan')):.4f}  acc_0..k {accs}")
+    if res.get("drafter_kind") == "dflash" and "mean_acceptance_length" in v:
+        d = res.get("dflash") or {}
+        print(f"dflash: block {d.get('block_size')}  mask token {d.get('mask_token_id')}  target_layer_ids "
+              f"{d.get('target_layer_ids')}  val acceptance length {v['mean_acceptance_length']:.3f} (teacher-forced)")
+    if res.get("drafter_kind") == "p-eagle":
+        d = res.get("peagle") or {}
+        print(f"p-eagle: depths {d.get('depths')}  mask token {d.get('mask_token_id')}  (serve with "
+              f"num_speculative_tokens {d.get('depths')} and parallel_drafting)")
     sel = res.get("selected") or {}
     if sel.get("by", "last") != "last":
         tau = f"  val acceptance {v['mean_acceptance_length']:.3f}" if "mean_acceptance_length" in v else ""
@@ -31,4 +39,5 @@ def run(cfg: TrainConfig) -> None:
 
 
 def register(app) -> None:
-    build_command(app, "train", TrainConfig, run, "Train an EAGLE-3 drafter with training-time test (also under torchrun).")
+    build_command(app, "train", TrainConfig, run, "Train an EAGLE-3 drafter with training-time test (also under torchrun), or a DFlash block "
+                  "drafter (--drafter dflash), or a P-EAGLE parallel drafter (--drafter p-eagle).")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from eaglewire.data.config import ExtractSettings
-from eaglewire.infra.options import opt
+from eaglewire.infra.errors import EaglewireError
+from eaglewire.infra.options import flag_of, opt
 from eaglewire.infra.output import json_flag
+from eaglewire.saved.depth import DEPTH
 from eaglewire.targets.points import POINTS_HELP
 
 # the warm-start levels of eaglewire.drafter.warmstart (named here: that module loads torch)
@@ -23,12 +26,29 @@ MAX_TTT_STEPS = 64
 MAX_SEED = 2**32 - 1  # the seed is scaled into torch generator seeds (64 bits)
 MAX_BATCH = 10**6
 MAX_LEN = 10**9  # the drafter's max_position_embeddings bound
+DRAFTERS = ("eagle3", "dflash", "p-eagle")
+MAX_ANCHORS = 4096  # DFlash: the dense block mask is (N*B) x (T+N*B) per sequence and head
+# options one drafter reads and the other does not: set away from their default with the other, they are refused
+EAGLE3_ONLY = ("ttt_steps", "ttt_decay", "target_temperature", "lk_weight", "vocab_size", "feature_noise",
+               "norm_before_residual", "fc_norm", "norm_before_fc", "norm_output", "init", "fc_mix", "freeze_head",
+               "select", "select_depth")
+DFLASH_ONLY = ("block_size", "mask_token_id", "num_anchors", "loss_decay_gamma")
+# P-EAGLE is an EAGLE-3 drafter (its structure options apply) trained without a TTT unroll or its target shaping
+# (peagle_loss.py: speculators' plain KL), and with a mask token as DFlash's slots have
+PEAGLE_READS = (*(n for n in EAGLE3_ONLY if n not in ("ttt_steps", "ttt_decay", "target_temperature", "lk_weight",
+                                                      "select_depth")), "mask_token_id", "parallel_depths")
+READS = {"eagle3": EAGLE3_ONLY, "dflash": DFLASH_ONLY, "p-eagle": PEAGLE_READS}
 
 
 @dataclass
 class TrainConfig:
     data: Path = opt(help="dataset directory (eaglewire data build; with --online, data generate)")
     out: Path = opt(help="run directory: drafter/ (the checkpoint), state/, metrics.csv, tb/")
+    drafter: str = opt("eagle3", "drafter to train: eagle3 (one token per step, training-time test), dflash "
+                       "(a block of --block-size - 1 tokens per step, KV injection of the capture points; the "
+                       "dataset's points, all layers.k.out ascending, become its target_layer_ids) or p-eagle (an "
+                       "EAGLE-3 drafter drafting its --parallel-depths positions in one forward, as vLLM's "
+                       "parallel_drafting serves it)", choices=DRAFTERS)
     target: str = opt("", "target; default: the one recorded in the dataset manifest (must match its fingerprint), "
                       "with --online the one generate.config.json records")
     online: bool = opt(False, "run the target inside the loop on --data's responses.jsonl: no feature shards read or stored")
@@ -95,5 +115,32 @@ class TrainConfig:
     parallel: str = opt("ddp", "under torchrun: ddp (every rank holds the whole drafter, frozen embedding included) "
                         "or fsdp (FSDP2: weights, gradients and optimizer state sharded over the ranks); "
                         "checkpoints are whole either way, so a run resumes under the other", choices=PARALLEL)
+    block_size: int = opt(4, "--drafter dflash: block size B (drafts B-1 tokens per round). 4 = 3 drafts, the depth "
+                          "our CPU serving and the depth-3 doctor checks run; z-lab serves 16 on GPUs", ge=2, le=1024)
+    mask_token_id: int = opt(-1, "--drafter dflash or p-eagle: the token id of the masked slots (a row of the target's "
+                             "embedding); -1 = the tokenizer's mask token, else the first embedding row past the "
+                             "tokenizer, else the highest special (then any) token id absent from the data "
+                             "(recorded in train.config.json with why)", ge=-1, le=MAX_WIDTH)
+    num_anchors: int = opt(64, "--drafter dflash: blocks per sequence per step (anchors drawn anew each step; "
+                           "SpecForge: 512 on GPUs)", ge=1, le=MAX_ANCHORS)
+    loss_decay_gamma: float = opt(0.0, "--drafter dflash: slot k weighs exp(-(k-1)/gamma); 0 = the paper's gamma "
+                                  "(7 at B=16, 4 at B=8, 1+3B/8 otherwise)", ge=0)
+    parallel_depths: int = opt(DEPTH, "--drafter p-eagle: draft positions K trained (depth 0 reads the target's "
+                               "features, depths 1..K-1 mask slots) and recorded in the checkpoint; serve it with "
+                               "num_speculative_tokens K", ge=1, le=MAX_TTT_STEPS)
     resume: bool = opt(False, "continue from --out/state")
     json: bool = json_flag("print the final metrics as JSON")
+
+
+def check_drafter_options(cfg: TrainConfig) -> str:
+    """`cfg.drafter`, once no option only other drafters read is set away from its default (never silently ignored)."""
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    for name in dict.fromkeys(n for names in READS.values() for n in names):
+        if name not in READS[cfg.drafter] and getattr(cfg, name) != fields[name].default:
+            readers = " or ".join(d for d in DRAFTERS if name in READS[d])
+            raise EaglewireError(f"{flag_of(fields[name])} {getattr(cfg, name)!r}: applies to --drafter {readers} only, "
+                                 f"not --drafter {cfg.drafter} (leave it at its default {fields[name].default!r})")
+    if cfg.drafter == "p-eagle" and cfg.select == "acceptance":
+        raise EaglewireError("--select acceptance: its validation walk drafts EAGLE-3's sequential chain, not "
+                             "P-EAGLE's parallel slots; use --select loss or last with --drafter p-eagle")
+    return cfg.drafter

@@ -31,7 +31,8 @@ def dataset_identity(data: Path, inputs: TrainInputs) -> dict:
     rec: dict[str, Any] = {"path": str(Path(data).resolve()), "target": prov.target.fingerprint.to_json(),
                            "points": list(inputs.manifest.point_names),
                            "vocab": {"size": vocab.size,
-                                     "sha": short_sha(vocab.selected.to(torch.int64).contiguous().numpy().tobytes())}}
+                                     "sha": short_sha(vocab.selected.to(torch.int64).contiguous().numpy().tobytes())}
+                           if vocab is not None else {"size": None, "sha": "the target's whole vocabulary"}}
     ds = prov.dataset or {}
     if ds.get("online"):
         rec["responses_sha"] = ds.get("responses_sha")

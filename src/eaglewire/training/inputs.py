@@ -18,6 +18,6 @@ class TrainInputs:
     ds: FeatureDataset  # or an online_features.OnlineDataset: the same samples, computed instead of read
     manifest: Manifest
     target: Target | None  # for the drafter's init and the frozen head; dropped once those are taken
-    vocab: DraftVocab
+    vocab: DraftVocab | None  # None: the drafter reads the target's whole vocabulary (DFlash)
     prov: Provenance  # what the checkpoint records; training adds its config, metrics and split
     identity: dict | None = None  # the dataset by content (training.identity), recorded in train.config.json

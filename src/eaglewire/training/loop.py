@@ -1,4 +1,5 @@
-"""Train an EAGLE-3 drafter with training-time test, single process or under torchrun.
+"""Train an EAGLE-3 drafter with training-time test, single process or under torchrun (`--drafter p-eagle`:
+the same loop, drafter and run, with P-EAGLE's loss in place of TTT: `peagle_train.py`).
 
 Exactness choices:
 - the loss of a step is normalised by the number of loss-masked tokens of the
@@ -19,11 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
-import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
@@ -31,6 +29,7 @@ from tqdm import tqdm
 from eaglewire.data.dataset import collate
 from eaglewire.data.manifest import Manifest
 from eaglewire.drafter import DrafterConfig, Eagle3Drafter
+from eaglewire.drafter.peagle import PEagleDrafter
 from eaglewire.drafter.ttt import target_full_argmax, ttt_forward
 from eaglewire.drafter.warmstart import deepest_layer_slot, init_from_target_layer, init_head
 from eaglewire.infra.device import resolve_device
@@ -39,11 +38,20 @@ from eaglewire.infra.locks import dir_lock
 from eaglewire.infra.options import check_ranges, config_to_dict, save_config
 from eaglewire.saved.checkpoint import save_checkpoint
 from eaglewire.targets.capture import decoder_stack
-from eaglewire.training.config import TrainConfig
+from eaglewire.training.config import TrainConfig, check_drafter_options
+from eaglewire.training.dflash_train import run_dflash_train
 from eaglewire.training.identity import check_ranks_agree, check_same_dataset, dataset_identity
 from eaglewire.training.inputs import TrainInputs
 from eaglewire.training.offline import setup_offline
 from eaglewire.training.online_features import setup_online
+from eaglewire.training.peagle_loss import draw_elements, peagle_forward
+from eaglewire.training.peagle_train import (
+    element_generator,
+    peagle_choices,
+    peagle_micro_loss,
+    step_elements,
+    trained_depths,
+)
 from eaglewire.training.precision import apply_precision, autocast, resolve_precision
 from eaglewire.training.runstate import (
     MetricsLog,
@@ -52,15 +60,16 @@ from eaglewire.training.runstate import (
     load_run_state,
     save_state,
 )
+from eaglewire.training.schedule import (
+    check_skipped,
+    finite_batch,
+    global_batch,
+    lr_at,
+    split_indices,
+    stop_hooks,
+)
 from eaglewire.training.select import Selector
 from eaglewire.training.torchrun import CallThrough, Dist, unwrap
-
-if TYPE_CHECKING:
-    pass
-
-_STEP_DELAY = float(os.environ.get("EAGLEWIRE_STEP_DELAY", "0"))  # lets crash tests kill a real run
-# lets resume tests stop a real run (torchrun's ranks too) right after its save at this step, as a kill would
-_STOP_AFTER = int(os.environ.get("EAGLEWIRE_STOP_AFTER", "0"))
 
 
 @dataclass
@@ -81,33 +90,12 @@ class Run:
     selector: Selector | None = None  # which weights become the drafter (--select)
     start: int = 0  # first step (> 0 when resumed)
     skipped: int = 0  # steps skipped for non-finite values so far
+    peagle: dict | None = None  # --drafter p-eagle: its mask token and depths (peagle_train.peagle_choices)
 
 
-def split_indices(n: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    g = torch.Generator().manual_seed(seed + 7919)
-    perm = torch.randperm(n, generator=g).tolist()
-    n_val = max(1, round(n * val_fraction)) if val_fraction > 0 and n > 1 else 0
-    return sorted(perm[n_val:]), sorted(perm[:n_val])
-
-
-def lr_at(step: int, cfg: TrainConfig, total: int) -> float:
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    frac = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
-    cos = 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cos)
-
-
-def global_batch(train_idx: list[int], step: int, per_step: int, seed: int) -> list[int]:
-    """Sample ids of optimizer step `step`: a seeded permutation per epoch, read in order."""
-    per_epoch = max(1, len(train_idx) // per_step)
-    epoch, k = divmod(step, per_epoch)
-    g = torch.Generator().manual_seed(seed * 1000003 + epoch)
-    perm = torch.randperm(len(train_idx), generator=g).tolist()
-    return [train_idx[i] for i in perm[k * per_step:(k + 1) * per_step]]
-
-
-def build_drafter(cfg: TrainConfig, target, manifest: Manifest, vocab_ids: torch.Tensor, ds=None) -> Eagle3Drafter:
+def build_drafter(cfg: TrainConfig, target, manifest: Manifest, vocab_ids: torch.Tensor, ds=None,
+                  mask_token_id: int | None = None) -> Eagle3Drafter:
+    """The EAGLE-3 drafter, or with a mask token id the P-EAGLE one (the same weights plus `mask_hidden`)."""
     torch.manual_seed(cfg.seed)
     if cfg.fc_mix > 0 and (cfg.init != "target" or cfg.fc_norm or cfg.norm_before_fc):
         raise EaglewireError(f"--fc-mix {cfg.fc_mix}: needs --init target and no --fc-norm / --norm-before-fc (it "
@@ -123,7 +111,7 @@ def build_drafter(cfg: TrainConfig, target, manifest: Manifest, vocab_ids: torch
             **({"intermediate_size": cfg.intermediate_size} if cfg.intermediate_size else {}))
     except ValueError as e:
         raise EaglewireError(f"{cfg.data}: cannot build the drafter: {e}") from e
-    model = Eagle3Drafter(dcfg)
+    model = Eagle3Drafter(dcfg) if mask_token_id is None else PEagleDrafter(dcfg, mask_token_id)
     model.load_target_embedding(target.model.get_input_embeddings().weight.detach().float().cpu())
     model.set_draft_vocab(vocab_ids)
     if cfg.init in ("head", "target"):
@@ -209,8 +197,11 @@ class ArgmaxCache:
 
 
 def _micro_batch_loss(model, batch: dict, head_w: torch.Tensor, cfg: TrainConfig, n_global: torch.Tensor,
-                      world: int, device) -> tuple[torch.Tensor, list, list, float]:
-    """`model`: a drafter, or the (DDP-wrapped) `CallThrough` of one whose forward is `ttt_forward`."""
+                      world: int, device, el=None) -> tuple[torch.Tensor, list, list, float]:
+    """`model`: a drafter, or the (DDP-wrapped) `CallThrough` of one whose forward is `ttt_forward` (with `el`,
+    a P-EAGLE draw, `peagle_forward`)."""
+    if el is not None:
+        return peagle_micro_loss(model, batch, el, head_w, cfg, n_global, world, device)
     fwd = functools.partial(ttt_forward, model) if isinstance(model, Eagle3Drafter) else model
     feats = batch["features"].to(device=device, dtype=torch.float32).flatten(2)  # [B, T, P*H]
     with autocast(resolve_precision(cfg.precision, device), device):
@@ -238,10 +229,6 @@ def add_feature_noise(feats: torch.Tensor, scale: float, gen: torch.Generator | 
     return feats + ((u * 2 - 1) * scale * rms).to(feats.dtype)
 
 
-def _finite(batch: dict) -> bool:
-    return bool(torch.isfinite(batch["features"]).all() and torch.isfinite(batch["target_hidden"]).all())
-
-
 def train_step(model, opt, ds, ids: list[int], head_w, cfg: TrainConfig, dd: Dist, device, step: int = 0) -> dict:
     """One optimizer step over the global batch `ids` (this rank's share, in micro-batches).
 
@@ -254,18 +241,23 @@ def train_step(model, opt, ds, ids: list[int], head_w, cfg: TrainConfig, dd: Dis
         gen = torch.Generator().manual_seed((cfg.seed * 1000003 + step) * 64 + dd.rank)
         for b in batches:
             b["features"] = add_feature_noise(b["features"], cfg.feature_noise, gen)
-    bad = [j for j, b in enumerate(batches) if not _finite(b)]
+    bad = [j for j, b in enumerate(batches) if not finite_batch(b)]
     flag = dd.all_sum(torch.tensor(float(len(bad))))
     if float(flag) > 0:
         return {"skipped": True}
-    n_local = sum(float((b["loss_mask"] & b["attention_mask"]).sum()) for b in batches)
+    if cfg.drafter == "p-eagle":  # COD elements drawn first: the step's loss is normalised by their count
+        if (drawn := step_elements(batches, cfg, step, dd)) is None:
+            return {"skipped": True}
+        batches, els, n_local = drawn
+    else:
+        els, n_local = [None] * len(batches), sum(float((b["loss_mask"] & b["attention_mask"]).sum()) for b in batches)
     n_global = dd.all_sum(torch.tensor(n_local, device=device))
     opt.zero_grad(set_to_none=True)
-    k = cfg.ttt_steps
+    k = trained_depths(cfg)
     correct, counts, loss_sum, toks = torch.zeros(k), torch.zeros(k), 0.0, 0
-    for j, b in enumerate(batches):
+    for j, (b, el) in enumerate(zip(batches, els)):
         with dd.no_sync(model, sync=j == len(batches) - 1):
-            loss, c, n, s = _micro_batch_loss(model, b, head_w, cfg, n_global, dd.world, device)
+            loss, c, n, s = _micro_batch_loss(model, b, head_w, cfg, n_global, dd.world, device, el)
             loss.backward()
         correct += torch.tensor([float(x) for x in c])
         counts += torch.tensor([float(x) for x in n])
@@ -283,19 +275,23 @@ def train_step(model, opt, ds, ids: list[int], head_w, cfg: TrainConfig, dd: Dis
 @torch.no_grad()
 def evaluate(model, ds, idx: list[int], head_w, cfg: TrainConfig, device, dd: Dist) -> dict:
     model.eval()
-    k = cfg.ttt_steps
+    k, peagle = trained_depths(cfg), cfg.drafter == "p-eagle"
+    gen = element_generator(cfg.seed, 0, dd.rank, "val") if peagle else None  # the same elements every validation
     correct, counts, loss_sum, n_tok = torch.zeros(k), torch.zeros(k), 0.0, 0.0
     mine = idx[dd.rank::dd.world]
     for i in range(0, len(mine), cfg.batch_size):
         b = collate(ds.get_batch(mine[i:i + cfg.batch_size]))
-        if not _finite(b):
+        if not finite_batch(b):
+            continue
+        el = draw_elements(b["loss_mask"], b["attention_mask"], k, generator=gen) if peagle else None
+        if el is not None and not el.trained:
             continue
         n = torch.tensor(1.0)
-        _, c, cnt, s = _micro_batch_loss(model, b, head_w, cfg, n, 1, device)
+        _, c, cnt, s = _micro_batch_loss(model, b, head_w, cfg, n, 1, device, el)
         correct += torch.tensor([float(x) for x in c])
         counts += torch.tensor([float(x) for x in cnt])
         loss_sum += s
-        n_tok += float((b["loss_mask"] & b["attention_mask"]).sum())
+        n_tok += float(el.trained) if peagle else float((b["loss_mask"] & b["attention_mask"]).sum())
     stats = dd.all_sum(torch.cat([correct, counts, torch.tensor([loss_sum, n_tok])]))
     model.train()
     acc = [float(stats[j] / stats[k + j]) if stats[k + j] > 0 else 0.0 for j in range(k)]
@@ -308,6 +304,8 @@ def _setup(cfg: TrainConfig, device):
 
 def run_train(cfg: TrainConfig) -> dict:
     check_ranges(cfg)  # also when built in code, not through the CLI
+    if check_drafter_options(cfg) == "dflash":
+        return run_dflash_train(cfg)
     dd = Dist(resolve_device(cfg.device), cfg.parallel)  # dd.device: cuda:LOCAL_RANK under torchrun
     if not dd.main:  # rank 0 alone writes the run directory (and holds its lock)
         return _run_train(cfg, dd)
@@ -332,7 +330,7 @@ def _run_train(cfg: TrainConfig, dd: Dist) -> dict:
     model = unwrap(run.net)
     if dd.fsdp:  # every rank gathers; rank 0 writes a plain drafter of the whole weights
         whole, _ = dd.full_states(model, run.opt)
-        model = Eagle3Drafter(model.config)
+        model = PEagleDrafter(model.config, model.mask_token_id) if run.peagle else Eagle3Drafter(model.config)
         model.load_state_dict({k: v.cpu() for k, v in whole.items()}, strict=True)
     run.net = None  # drop the DDP wrapper before dd.close(): see Dist.close
     selected = {"by": "last", "step": run.total}
@@ -344,15 +342,15 @@ def _run_train(cfg: TrainConfig, dd: Dist) -> dict:
             inputs.prov, validation=val,
             training={"config": config_to_dict(cfg), "total_steps": run.total, "world_size": dd.world,
                       "skipped_batches": skipped, "selected": selected,
-                      "last_validation": last},
+                      "last_validation": last, **({"drafter": "p-eagle", "peagle": run.peagle} if run.peagle else {})},
             # the held-out split, so the doctor can evaluate on samples never trained on
             split={"dataset_manifest_sha": (inputs.prov.dataset or {}).get("manifest_sha"), "num_samples": len(run.ds),
                    "val_indices": run.val_idx})
-        save_checkpoint(cfg.out / "drafter", model, prov)
+        save_checkpoint(cfg.out / "drafter", model, prov, depths=cfg.parallel_depths)
     run.log.close()
     dd.close()
-    return {"drafter": str(cfg.out / "drafter"), "steps": run.total, "validation": val,
-            "selected": selected}
+    return {"drafter": str(cfg.out / "drafter"), "steps": run.total, "validation": val, "selected": selected,
+            **({"drafter_kind": "p-eagle", "peagle": run.peagle} if run.peagle else {})}
 
 
 def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
@@ -368,9 +366,10 @@ def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
     if total < 1:
         raise EaglewireError(f"{cfg.data}: the run would take no optimizer step (--max-steps {cfg.max_steps}, "
                              f"--epochs {cfg.epochs}, {len(train_idx)} training samples)")
+    mask, peagle = peagle_choices(cfg, inputs, train_idx) if cfg.drafter == "p-eagle" else (None, None)
     device = dd.device
     apply_precision(cfg.precision, device)
-    model = build_drafter(cfg, inputs.target, inputs.manifest, inputs.vocab.selected, inputs.ds).to(device).train()
+    model = build_drafter(cfg, inputs.target, inputs.manifest, inputs.vocab.selected, inputs.ds, mask).to(device).train()
     head_w = inputs.target.model.get_output_embeddings().weight.detach().to(device, torch.float32)  # [V, Ht]
     inputs.target = None  # only its head is used from here on
     if cfg.online:
@@ -382,7 +381,7 @@ def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
         raise EaglewireError(f"--select {cfg.select}: keeps the best weights on rank 0 alone, which --parallel fsdp "
                              "does not hold whole; use --parallel ddp, or --select last")
     meta = load_run_state(cfg.out, model) if cfg.resume else None  # whole weights, before any sharding
-    net = dd.wrap(CallThrough(model, ttt_forward))  # DDP or FSDP2 under torchrun
+    net = dd.wrap(CallThrough(model, peagle_forward if peagle else ttt_forward))  # DDP or FSDP2 under torchrun
     # after the wrap: FSDP2 replaces the parameters with their shards, which the optimizer must hold
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
@@ -396,10 +395,10 @@ def _prepare(cfg: TrainConfig, dd: Dist, inputs: TrainInputs) -> Run:
     if dd.main:
         cfg.out.mkdir(parents=True, exist_ok=True)
         save_config(cfg, cfg.out / "train.config.json", {"total_steps": total, "world_size": dd.world,
-                                                         "dataset": inputs.identity})
-    log = MetricsLog(cfg.out, cfg.ttt_steps, start if cfg.resume else None, dd.main)
+                                                         "dataset": inputs.identity, **({"peagle": peagle} if peagle else {})})
+    log = MetricsLog(cfg.out, trained_depths(cfg), start if cfg.resume else None, dd.main)
     return Run(cfg=cfg, dd=dd, net=net, opt=opt, ds=ds, head_w=head_w, train_idx=train_idx, val_idx=val_idx, log=log,
-               total=total, per_step=per_step, selector=selector, start=start, skipped=skipped)
+               total=total, per_step=per_step, selector=selector, start=start, skipped=skipped, peagle=peagle)
 
 
 def _loop(run: Run) -> dict:
@@ -437,11 +436,8 @@ def _loop(run: Run) -> dict:
                 states = dd.full_states(model, run.opt)  # every rank: FSDP2 gathers the shards
                 if dd.main:
                     save_state(cfg.out, *states, step + 1, {"skipped": run.skipped}, run.selector)
-            if step + 1 == _STOP_AFTER:
-                raise SystemExit(f"stopped after step {step + 1} (EAGLEWIRE_STOP_AFTER)")
-            if _STEP_DELAY:
-                time.sleep(_STEP_DELAY)
-    _check_skipped(cfg, run.skipped, run.total)
+            stop_hooks(step)
+    check_skipped(cfg, run.skipped, run.total)
     if not val and run.val_idx:
         with dd.whole(run.net):
             val = evaluate(model, run.ds, run.val_idx, run.head_w, cfg, dd.device, dd)
@@ -459,14 +455,3 @@ def _validate(run: Run, model, step: int, per_epoch: int) -> dict:
                    **{f"acc_{j}": a for j, a in enumerate(val["acc"])},
                    "mean_acceptance_length": val.get("mean_acceptance_length", "")})
     return val
-
-
-def _check_skipped(cfg: TrainConfig, skipped: int, total: int) -> None:
-    """A run that trained on (almost) nothing must not end as a success with a drafter written."""
-    if skipped >= total:  # total >= 1: run_train refuses a run of no steps up front
-        raise EaglewireError(f"{cfg.data}: no optimizer step was taken ({skipped} of {total} steps skipped for "
-                             "non-finite features or gradients); no drafter written")
-    if skipped / total > cfg.max_skipped_fraction:
-        raise EaglewireError(f"{cfg.data}: {skipped} of {total} steps were skipped for non-finite features or gradients "
-                             f"(more than --max-skipped-fraction {cfg.max_skipped_fraction}); no drafter written. "
-                             "Check the dataset with `eaglewire doctor dataset`")

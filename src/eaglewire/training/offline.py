@@ -34,7 +34,8 @@ def warm_start_layers(cfg: TrainConfig, man: Manifest) -> tuple[int, ...]:
     return (k,)
 
 
-def setup_offline(cfg: TrainConfig) -> TrainInputs:
+def setup_offline(cfg: TrainConfig, need_vocab: bool = True) -> TrainInputs:
+    """`need_vocab=False` (DFlash: the target's whole vocabulary, no draft vocab) reads no vocab.safetensors."""
     if cfg.points or cfg.vocab_size:
         raise EaglewireError(f"{cfg.data}: --points and --vocab-size apply to --online only (extracted features "
                              "have their points and vocab)")
@@ -58,7 +59,7 @@ def setup_offline(cfg: TrainConfig) -> TrainInputs:
     if H != target.hidden_size or P != len(man.points):
         raise EaglewireError(f"{cfg.data}: features are [{P} x {H}] but the target has hidden size {target.hidden_size} "
                              f"and the manifest lists {len(man.points)} points")
-    vocab = load_vocab(cfg.data)  # a missing one is an error that prints the `data vocab` command
+    vocab = load_vocab(cfg.data) if need_vocab else None  # a missing one is an error that prints the `data vocab` command
     prov = Provenance(points=man.points, target=TargetRecord(source=source, fingerprint=mine),
                       dataset={"path": str(Path(cfg.data).resolve()), "manifest_sha": manifest_hash(cfg.data)},
                       chat_template_sha=man.chat_template_sha, vocab=man.vocab)

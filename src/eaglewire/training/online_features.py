@@ -57,8 +57,11 @@ class OnlineDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, root: Path, rows: list[dict], target, points: list[str], store_dtype: str,
-                 max_len: int | None = None, gen: dict | None = None, compute_dtype: torch.dtype = torch.float32):
-        self.pts = point_option(points, target.num_layers)
+                 max_len: int | None = None, gen: dict | None = None, compute_dtype: torch.dtype = torch.float32,
+                 default_points=None):
+        # no --points: the EAGLE-3 triple, or `default_points(num_layers)` (DFlash: z-lab's ids)
+        self.pts = (point_option(points, target.num_layers, default=default_points is None)
+                    or default_points(target.num_layers))
         # extraction's default truncation and drop rule, unless training reads further than it would store
         seq = max(ExtractSettings.max_seq_len, max_len or 0)
         self.items, dropped = tokenize_rows(target.tokenizer, rows, seq)
@@ -129,7 +132,7 @@ def _source(cfg) -> str:
     return cfg.target or recorded
 
 
-def setup_online(cfg, device: torch.device) -> TrainInputs:
+def setup_online(cfg, device: torch.device, need_vocab: bool = True, default_points=None) -> TrainInputs:
     """What `train --online` trains on, as `loop._setup` finds it offline.
 
     The target is loaded like offline training loads it (fp32, CPU), so the
@@ -142,9 +145,9 @@ def setup_online(cfg, device: torch.device) -> TrainInputs:
     gen_cfg = cfg.data / "generate.config.json"
     gen = json.loads(gen_cfg.read_text()).get("result", {}).get("settings", {}) if gen_cfg.is_file() else {}
     ds = OnlineDataset(cfg.data, rows, target, cfg.points, cfg.store_dtype, cfg.max_len, gen,
-                       resolve_dtype(cfg.dtype, device))
+                       resolve_dtype(cfg.dtype, device), default_points)
     man = ds.manifest
-    vocab = _vocab(cfg, ds, target.vocab_size)
+    vocab = _vocab(cfg, ds, target.vocab_size) if need_vocab else None
     prov = Provenance(points=man.points, target=man.target, chat_template_sha=man.chat_template_sha, vocab=man.vocab,
                       # no manifest: the responses file is the training data's identity
                       dataset={"path": str(Path(cfg.data).resolve()), "manifest_sha": None, "online": True,
