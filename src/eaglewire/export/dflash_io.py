@@ -14,7 +14,6 @@ import json
 import shutil
 from pathlib import Path
 
-import torch
 from safetensors.torch import save_file
 
 from eaglewire.drafter.dflash import DFlashDrafter
@@ -25,7 +24,12 @@ from eaglewire.infra.atomic import atomic_dir, check_replace
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.saved import dflash_formats as dff
 from eaglewire.saved.checkpoint import resolve_dir
-from eaglewire.saved.dflash import DFLASH_KEY, load_dflash_checkpoint, save_dflash_checkpoint
+from eaglewire.saved.dflash import (
+    DFLASH_KEY,
+    check_tensors,
+    load_dflash_checkpoint,
+    save_dflash_checkpoint,
+)
 from eaglewire.saved.provenance import FILE as PROVENANCE
 from eaglewire.saved.provenance import Provenance
 from eaglewire.saved.weights import check_exported, read_weights
@@ -144,16 +148,8 @@ def run_import_dflash(cfg: ImportConfig, src: Path, cpath: Path, raw: dict) -> d
 
 
 def _checked(dcfg, sd: dict, where: Path) -> DFlashDrafter:
-    """The drafter with exactly these tensors: a missing, extra or misshapen one is one line."""
-    with torch.device("meta"):
-        want = DFlashDrafter(dcfg).state_dict()
-    missing, extra = sorted(set(want) - set(sd)), sorted(set(sd) - set(want))
-    if missing or extra:
-        raise EaglewireError(f"{where}: tensors do not match the config: missing {missing[:4] or 'none'}, "
-                             f"unexpected {extra[:4] or 'none'}")
-    for k, v in want.items():
-        if tuple(sd[k].shape) != tuple(v.shape):
-            raise EaglewireError(f"{where}: {k} has shape {list(sd[k].shape)}, config implies {list(v.shape)}")
+    """The drafter with exactly these tensors (saved/dflash.py's strict check), its weights in fp32."""
+    check_tensors(dcfg, sd, where)
     model = DFlashDrafter(dcfg)
     model.load_state_dict({k: v.float() for k, v in sd.items()}, strict=True)
     return model

@@ -127,17 +127,23 @@ def load_dflash_checkpoint(d: Path, device: torch.device | str = "cpu",
     prov = Provenance.load(d)
     _check_ids(cfg, raw, prov, cfg_path)
     sd = load_state(d / WEIGHTS)
-    with torch.device("meta"):
-        want = DFlashDrafter(cfg).state_dict()
-    missing, extra = sorted(set(want) - set(sd)), sorted(set(sd) - set(want))
-    if missing or extra:
-        raise EaglewireError(f"{d / WEIGHTS}: tensors do not match the config: missing {missing or 'none'}, "
-                             f"unexpected {extra or 'none'}")
-    for k, v in want.items():
-        if tuple(sd[k].shape) != tuple(v.shape):
-            raise EaglewireError(f"{d / WEIGHTS}: {k} has shape {list(sd[k].shape)}, config implies {list(v.shape)}")
+    check_tensors(cfg, sd, d / WEIGHTS)
     if why := corrupt_weights(sd):
         raise EaglewireError(f"{d / WEIGHTS}: {why}")
     model = DFlashDrafter(cfg)
     model.load_state_dict(sd, strict=True)
     return model.to(device=device, dtype=dtype).eval(), prov
+
+
+def check_tensors(cfg: DFlashConfig, sd: dict, where) -> None:
+    """Exactly the config's tensor names and shapes (checked on a storage-free model), else one line: a missing
+    tensor would load as a random weight, a misshapen one as an allocator traceback."""
+    with torch.device("meta"):
+        want = DFlashDrafter(cfg).state_dict()
+    missing, extra = sorted(set(want) - set(sd)), sorted(set(sd) - set(want))
+    if missing or extra:
+        raise EaglewireError(f"{where}: tensors do not match the config: missing {missing or 'none'}, "
+                             f"unexpected {extra or 'none'}")
+    for k, v in want.items():
+        if tuple(sd[k].shape) != tuple(v.shape):
+            raise EaglewireError(f"{where}: {k} has shape {list(sd[k].shape)}, config implies {list(v.shape)}")
