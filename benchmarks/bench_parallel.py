@@ -36,7 +36,9 @@ from eaglewire.decoding.acceptance import bootstrap_interval, chain_stats
 from eaglewire.decoding.block_acceptance import block_chain_stats
 from eaglewire.decoding.dflash import BlockEngine
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
+from eaglewire.decoding.peagle import ParallelEngine
 from eaglewire.decoding.run import encode_prompt_file
+from eaglewire.drafter.peagle import PEagleDrafter
 from eaglewire.saved.checkpoint import load_checkpoint, read_provenance, resolve_dir
 from eaglewire.saved.dflash import is_dflash_checkpoint, load_dflash_checkpoint
 from eaglewire.targets.load import load_target
@@ -50,9 +52,7 @@ def _engine(target, ckpt: Path):
         drafter, _ = load_dflash_checkpoint(ckpt, device=target.device, dtype=target.dtype)
         return "dflash", BlockEngine(target, drafter), drafter
     drafter, prov = load_checkpoint(ckpt, device=target.device, dtype=target.dtype)
-    if type(drafter).__name__ == "PEagleDrafter":
-        from eaglewire.decoding.peagle import ParallelEngine  # noqa: I001
-
+    if isinstance(drafter, PEagleDrafter):
         return "p-eagle", ParallelEngine(target, drafter, prov.points), drafter
     return "eagle3", SpecEngine(target, drafter, prov.points), drafter
 

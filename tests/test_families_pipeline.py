@@ -1,5 +1,6 @@
 """Every target family through the whole pipeline, as a user runs it: inspect, data build (in-process),
-train, export to every format, doctor config per engine.
+train, export to every format, doctor config per engine; the parallel drafters (DFlash, P-EAGLE) trained,
+exported and checked too.
 
 The expected answers are written out below from the engines' own sources, not computed by eaglewire:
 - vLLM 0.32.0 refuses at startup a target class without SupportsEagle3 (v1/worker/gpu_model_runner.py): of
@@ -121,9 +122,11 @@ def test_doctor_config_per_engine_names_the_engine_that_cannot_serve(built, arch
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
-def test_parallel_drafters_train_on_every_family(built, arch, tmp_path):
+def test_parallel_drafters_train_export_and_check_on_every_family(built, arch, tmp_path, monkeypatch):
     """The family's dataset trains a DFlash and a P-EAGLE drafter too (in process, two steps each); each
-    checkpoint records the dataset's capture points, the ones its engines are told to feed it."""
+    checkpoint records the dataset's capture points, the ones its engines are told to feed it. Both export
+    (in process) and `doctor config` reads each export as its engine does: OK; where vLLM cannot capture from the
+    target class the export is refused (its DFlash proposer and P-EAGLE's eagle3 both use the EAGLE-3 interface)."""
     from eaglewire.data.manifest import Manifest
     from eaglewire.drafter.peagle import PEagleDrafter
     from eaglewire.saved.checkpoint import load_checkpoint
@@ -139,3 +142,65 @@ def test_parallel_drafters_train_on_every_family(built, arch, tmp_path):
     run_train(TrainConfig(out=tmp_path / "peagle", drafter="p-eagle", **kw))
     model, prov = load_checkpoint(tmp_path / "peagle")
     assert isinstance(model, PEagleDrafter) and prov.points == points
+    zlab = [q.layer for q in points]  # z-lab id k = layers.k.out; vLLM / speculators / llama.cpp ids k + 1
+    _dflash_exports_checked(arch, tmp_path, monkeypatch, zlab)
+    _peagle_exports_checked(arch, tmp_path, [k + 1 for k in zlab])
+
+
+def _doctor(out, engine: str):
+    from eaglewire.doctor.commands import config_report
+    from eaglewire.doctor.config import DoctorEngineConfig
+
+    rep = config_report(DoctorEngineConfig(drafter_dir=out, engine=engine))
+    return rep, {c.name: c for c in rep.checks}
+
+
+def _dflash_exports_checked(arch, tmp_path, monkeypatch, zlab: list[int]) -> None:
+    """z-lab (vllm) and speculators layouts, checked as vLLM reads them; the GGUF up to llama.cpp's converter (a
+    stub here: it refuses every tiny tokenizer after 5-20 s), for the families llama.cpp captures from."""
+    from eaglewire.export import gguf
+    from eaglewire.export.config import ExportConfig
+    from eaglewire.export.exporter import run_export
+    from eaglewire.infra.errors import EaglewireError
+
+    for fmt in ("vllm", "speculators"):
+        out = tmp_path / f"dflash-{fmt}"
+        cfg = ExportConfig(ckpt=tmp_path / "dflash", format=fmt, out=out, verifier="org/target")
+        if arch in VLLM_CANNOT:  # refused before writing, as the EAGLE-3 export is (export/dflash_io.py)
+            with pytest.raises(EaglewireError, match=f"vllm 0.32.0 cannot capture .*{SERVED_AS[arch]}"):
+                run_export(cfg)
+            assert not out.exists()
+            continue
+        rec = run_export(cfg)
+        assert rec["kind"] == "dflash" and rec["ids"] == (zlab if fmt == "vllm" else [k + 1 for k in zlab]), rec
+        rep, rows = _doctor(out, "vllm" if fmt == "vllm" else "speculators")
+        assert rep.exit_code() == 0 and rep.data["wiring"] == "OK", rep.to_dict()
+    if arch not in LLAMA_CPP_CAN:
+        return
+    staged = {}
+    monkeypatch.setattr(gguf, "write_drafter", lambda stage, dest, *_: (
+        staged.update(json.loads((stage / "config.json").read_text())), dest.write_bytes(b"")))
+    rec = run_export(ExportConfig(ckpt=tmp_path / "dflash", format="gguf", out=tmp_path / "dflash-gguf"))
+    # the converter writes the staged z-lab ids + 1 (llama.cpp reads id k as the input of layer k)
+    assert staged["dflash_config"]["target_layer_ids"] == zlab and rec["ids"] == [k + 1 for k in zlab], rec
+
+
+def _peagle_exports_checked(arch, tmp_path, vllm_ids: list[int]) -> None:
+    """The vllm layout (the speculators one is the same EAGLE-3 export, tests/doctor/test_peagle_config.py), checked
+    as vLLM reads it; refused in one line where vLLM cannot capture."""
+    from eaglewire.export.config import ExportConfig
+    from eaglewire.export.exporter import run_export
+    from eaglewire.infra.errors import EaglewireError
+
+    for fmt in ("vllm",):
+        out = tmp_path / f"peagle-{fmt}"
+        cfg = ExportConfig(ckpt=tmp_path / "peagle", format=fmt, out=out, verifier="org/target")
+        if arch in VLLM_CANNOT:
+            with pytest.raises(EaglewireError, match="does not support EAGLE3 interface"):
+                run_export(cfg)
+            assert not out.exists()
+            continue
+        assert run_export(cfg)["ids"] == vllm_ids
+        rep, rows = _doctor(out, fmt)
+        assert rep.exit_code() == 0 and rep.data["kind"] == "p-eagle", rep.to_dict()
+        assert rows["parallel drafting"].ok and rows["mask token"].ok and rows["mask_hidden"].ok

@@ -36,7 +36,7 @@ PARALLEL = {"sglang": "DFlash: `--format sglang`, printed (DFLASH); P-EAGLE: no 
             "vllm": "DFlash (`dflash`) and P-EAGLE (`parallel_drafting`): served and checked here",
             "llama.cpp": "DFlash: `--format gguf` (its converter), not served by `serve`; P-EAGLE: no",
             "speculators": "DFlash and P-EAGLE layouts (`--format speculators`)",
-            "eaglewire": "DFlash blocks (greedy, sampled), P-EAGLE (greedy): decoding/dflash.py, peagle.py"}
+            "eaglewire": "DFlash blocks (greedy, sampled), P-EAGLE (greedy, sampled): decoding/dflash.py, peagle.py"}
 
 
 def _serve_choices() -> tuple[str, ...]:

@@ -1,7 +1,6 @@
 """A P-EAGLE drafter vLLM can serve on this CPU, trained to accept at its parallel slots: for the serve tests.
 
-The target is dflash_serving.py's (tiny:mistral without its sliding window: vLLM's CPU attention runs its
-head_dim 32, and its greedy answers vary enough that a drafter fed the wrong inputs drafts other tokens). The
+The target and its greedy answers are served_target.py's (tiny:mistral without its sliding window). The
 drafter (1 layer, EAGLE-3's default capture points, the full vocabulary, mask = the last vocabulary row, the
 target's frozen embedding) is trained with training/peagle_loss.py's `peagle_forward` at 3 depths on the
 target's own greedy continuations of the held-out prompts `serve` checks on, a fixed number of steps.
@@ -19,24 +18,11 @@ from eaglewire.saved.checkpoint import save_checkpoint
 from eaglewire.saved.provenance import Provenance
 from eaglewire.targets.capture import capture
 from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
-from eaglewire.targets.load import load_target
 from eaglewire.targets.points import FINAL_NORM, eagle3_default
-from eaglewire.targets.tiny import build_tiny
 from eaglewire.training.peagle_loss import peagle_forward
-from eaglewire_testing.dflash_serving import MAX_NEW, check_prompts, greedy
+from eaglewire_testing.served_target import batch, build_served_run
 
 DEPTHS = 3  # parallel positions trained, and vLLM's num_speculative_tokens
-
-
-def batch(target, prompts: list[list[int]], answers: list[list[int]]):
-    """(ids, attention mask, loss mask) of prompt + answer rows, right-padded, the loss on the answers."""
-    seqs = [p + a for p, a in zip(prompts, answers, strict=True)]
-    t, pad = max(map(len, seqs)), target.eos_ids()[0]
-    x = torch.tensor([s + [pad] * (t - len(s)) for s in seqs])
-    attn = torch.tensor([[1] * len(s) + [0] * (t - len(s)) for s in seqs])
-    lm = torch.tensor([[0] * len(p) + [1] * len(a) + [0] * (t - len(p) - len(a))
-                       for p, a in zip(prompts, answers, strict=True)])
-    return x, attn, lm
 
 
 def train_peagle(target, prompts: list[list[int]], answers: list[list[int]], steps: int) -> tuple[PEagleDrafter, list]:
@@ -66,18 +52,11 @@ def train_peagle(target, prompts: list[list[int]], answers: list[list[int]], ste
 def build_peagle_run(root: Path, steps: int = 300) -> dict:
     """{target (dir), loaded, ckpt (P-EAGLE checkpoint dir), prompts, answers (the target's greedy), drafter,
     points}."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls on a loaded 2-core machine: one thread is faster
-    try:
-        target_dir = build_tiny("mistral", Path(root) / "target", sliding_window=None)
-        target = load_target(str(target_dir))
-        prompts = check_prompts(target)
-        answers = greedy(target, prompts, MAX_NEW)
+    def make(target_dir, target, prompts, answers) -> dict:
         drafter, points = train_peagle(target, prompts, answers, steps)
         prov = Provenance(points=points, chat_template_sha=chat_template_hash(target.tokenizer),
                           target=TargetRecord(source=str(target_dir), fingerprint=TargetFingerprint.of(target)))
         ckpt = save_checkpoint(Path(root) / "ckpt", drafter, prov, depths=DEPTHS)
-    finally:
-        torch.set_num_threads(before)
-    return {"target": target_dir, "loaded": target, "ckpt": ckpt, "prompts": prompts, "answers": answers,
-            "drafter": drafter, "points": points}
+        return {"ckpt": ckpt, "drafter": drafter, "points": points}
+
+    return build_served_run(root, make)

@@ -304,12 +304,13 @@ TRANSFORMERS_BASE = "vllm/model_executor/models/transformers/base.py"
 
 def transformers_backend_layers(pk: Package, ids: tuple[int, ...], n: int) -> list[int]:
     """The Transformers backend's `set_aux_hidden_state_layers(ids)`: the decoder layers whose OUTPUT it
-    records, in the order of its `_can_record_outputs` (what transformers returns them in)."""
+    records, in the order of its `_can_record_outputs` (what transformers returns them in). `_layer_names`
+    is a dict keyed by layer index, as base.py's `_recursive_replace` fills it: id 0 raises KeyError."""
     pk.load(TRANSFORMERS_BASE)
     base = pk.classes[(TRANSFORMERS_BASE, "Base")]
     env = _env(SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1, rank=0))
     s = Instance(_pk=pk, _ci=base, _env=env, _strict=True, model=SimpleNamespace(_can_record_outputs=None),
-                 _target_class="DecoderLayer", _layer_names=[f"model.layers.{k}" for k in range(n)],
+                 _target_class="DecoderLayer", _layer_names={k: f"model.layers.{k}" for k in range(n)},
                  _output_aux_hidden_states_kwargs={})
     s.set_aux_hidden_state_layers(tuple(ids))
     return [int(name.rsplit(".", 1)[1]) for name in s.model._can_record_outputs.values()]

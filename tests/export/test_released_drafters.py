@@ -84,7 +84,8 @@ def test_doctor_config_says_which_layers_each_engine_feeds_the_kimi_k25_drafter(
 
 
 def test_the_specforge_kimi_k25_drafter_imports_with_its_ids_read_on_kimi(tmp_path):
-    d = _published(tmp_path, "sglang", _kimi(), hidden_size=64, target_hidden_size=64, vocab_size=384,
+    # tiny:kimi_k25's vocabulary: 384 tiktoken ranks + Kimi's 256 reserved special ids
+    d = _published(tmp_path, "sglang", _kimi(), hidden_size=64, target_hidden_size=64, vocab_size=640,
                    draft_vocab_size=100, num_attention_heads=4, num_key_value_heads=4, head_dim=16)
     out = run_import(ImportConfig(src=d, out=tmp_path / "imp", target="tiny:kimi_k25"))
     assert out["ids_found"] == [2, 30, 58] and out["points"] == SPECFORGE_020 and out["target_num_layers"] == 61

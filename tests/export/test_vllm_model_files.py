@@ -7,12 +7,14 @@
    pipeline stage and split over two, against `points.fed_points`.
 3. Every EAGLE-3 target class's default ids against `points.default_points`.
 
-How the code runs: src/eaglewire_testing/vllm_code.py. Where vLLM's rule differs from points.py
-the case is xfail(strict=True) and the difference is pinned by its own test, for the lead to encode.
+How the code runs: src/eaglewire_testing/vllm_code.py. Under pipeline parallelism and in the
+Transformers backend vLLM reads ids per model file: points.py takes the rule from
+eaglewire.targets.vllm_pp, and each rule is also pinned here by an independent formula.
 """
 
 from __future__ import annotations
 
+import ast
 import random
 
 import pytest
@@ -33,6 +35,7 @@ from eaglewire.targets.support import (
     VLLM_NO_EAGLE3_ARCHS,
     VLLM_REFUSAL,
 )
+from eaglewire.targets.vllm_pp import DECODER_RULES, SERVED_BY, TRANSFORMERS_BACKEND_ARCHS, Stages
 from eaglewire_testing.engine_code import SET_LAYERS, Package, Stream, sources, wheel
 from eaglewire_testing.vllm_code import (
     FULL_STREAM_LAYERS,
@@ -43,6 +46,7 @@ from eaglewire_testing.vllm_code import (
     eagle3_archs,
     ids_reaching_decoder,
     refusal_line,
+    registry,
     supports_eagle3,
     transformers_backend_layers,
     vllm_capture,
@@ -252,50 +256,106 @@ def _pp_cases(vllm, k):
         yield ids, _points(vllm_capture(pk, _site(vllm, k), ids, N, split=SPLIT))
 
 
-@pytest.mark.parametrize("k", [pytest.param(k, marks=pytest.mark.xfail(
-    strict=True, reason=f"vLLM feeds {PP_RULES[k].__name__.strip('_')} captures under PP")) if k in PP_RULES else k
-    for k in SITES])
+STAGES = Stages(((0, SPLIT), (SPLIT, N)))
+
+
+@pytest.mark.parametrize("k", SITES)
 def test_pp_capture_matches_points(vllm, k):
+    """Two stages: every serving class of this loop is fed exactly points.fed_points over those stages."""
+    archs = sorted(a for a, d in SERVED_BY.items() if d == k)
+    assert archs, f"no serving class of {k} in vllm_pp.SERVED_BY"
     for ids, got in _pp_cases(vllm, k):
-        expected = fed_points(list(ids), Engine("vllm", PINNED["vllm"]), N)
-        if k in SINGLE_STAGE_DIFFERENCES and N in ids:
-            continue
-        assert got == expected, (k, ids, got, expected)
+        for arch in archs:
+            expected = fed_points(list(ids), Engine("vllm", PINNED["vllm"], arch), N, pp=STAGES)
+            assert got == [p for p in expected if p is not None], (k, arch, ids, got, expected)
+            assert expected.count(None) == sum(not PP_RULES.get(k, _relayed)([i]) for i in ids), (arch, ids)
+
+
+def _relayed(ids):
+    return _hf(ids, lambda i: [i])
+
+
+def test_pp_rule_table_is_the_one_executed():
+    """vllm_pp's rule names are this file's formulas, loop by loop (the formulas are the independent truth)."""
+    assert DECODER_RULES == {**dict.fromkeys(PP_RELAYED, "relayed"),
+                             **{k: f.__name__.strip("_") for k, f in PP_RULES.items()}}
+
+
+def _built_sites(pk, ci, sites: set[str], reg: dict, depth: int = 0) -> set[str]:
+    """The capture loops a serving class reaches statically: its own bases', else those of the classes its
+    __init__s call and of the registered architectures they name (`architectures=["DeepseekV2ForCausalLM"]`)."""
+    own = [key(a) for a in pk.ancestors(ci) if key(a) in sites]  # the most derived loop runs
+    if own or depth > 3:
+        return set(own[:1])
+    found: set[str] = set()
+    for owner, node in ((a, n) for a in pk.ancestors(ci) if "__init__" in a.methods
+                        for n in ast.walk(a.methods["__init__"]) if isinstance(n, ast.Call)):
+        sub = pk.lookup(owner.module, node.func.id) if isinstance(node.func, ast.Name) else None
+        named = [e.value for kw in node.keywords if kw.arg == "architectures" and isinstance(kw.value, ast.List)
+                 for e in kw.value.elts if isinstance(e, ast.Constant) and e.value in reg]
+        for c in [sub] * (sub not in (None, ci)) + [pk.lookup(*reg[a]) for a in named]:
+            found |= _built_sites(pk, c, sites, reg, depth + 1)
+    return found
+
+
+# MiMoModel (mimo.py) subclasses Qwen2Model but overrides its forward with one that reads no ids.
+NOT_ITS_LOOP = {"MiMoForCausalLM"}
+
+
+def test_served_by_agrees_with_the_model_files(vllm):
+    """Each serving class's loop in vllm_pp.SERVED_BY is one its model file reaches, and every class the scan
+    pins to one runnable loop is encoded (the rest are refused under PP, never guessed)."""
+    pk, _, yes, sites = vllm
+    reg, keys = registry(pk), {key(c) for c in sites} - set(UNRUNNABLE)
+    reached = {arch: _built_sites(pk, ci, keys, reg) for arch, ci in yes.items()}
+    for arch, site in SERVED_BY.items():
+        assert arch in yes and arch not in TRANSFORMERS_BACKEND_ARCHS, arch
+        assert not reached[arch] or site in reached[arch], (arch, site, reached[arch])
+    pinned = {a for a, r in reached.items() if len(r) == 1} - NOT_ITS_LOOP
+    assert pinned - set(SERVED_BY) == set(), sorted(pinned - set(SERVED_BY))
+    assert sum(bool(r) for r in reached.values()) > 40  # the scan reaches most classes' loops
 
 
 @pytest.mark.parametrize("k", sorted(PP_RULES))
 def test_pp_difference_is_exactly(vllm, k):
-    """The difference the lead must encode: what the last stage feeds, per id list."""
+    """What the last stage feeds, per id list, against this file's formula for the loop."""
     for ids, got in _pp_cases(vllm, k):
         assert got == PP_RULES[k](ids), (k, ids, got)
 
 
 # --- the Transformers backend (Olmo2, SmolLM3, Starcoder2, ... 22 registered targets) ---------------
 # It has no capture loop of its own: `set_aux_hidden_state_layers` registers transformers OutputRecorders
-# on `_layer_names[layer - 1]` ("layer - 1 because we want the input to the layer"). Executed here; the
-# order transformers hands the recorded outputs back in (that of `_can_record_outputs`) is assumed.
+# on `_layer_names[layer - 1]` ("layer - 1 because we want the input to the layer"), a dict keyed 0..L-1:
+# id 0 raises KeyError at startup. Executed here; the order transformers hands the recorded outputs back
+# in (that of `_can_record_outputs`, the order the ids are written in) is assumed.
 
 
-def test_transformers_backend_ids_inside_the_stack_match_points(vllm):
-    for ids in _lists(3):
-        if 0 in ids or list(ids) != sorted(set(ids)):
-            continue
-        got = [layer_out(k) for k in transformers_backend_layers(vllm[0], ids, N)]
-        assert got == fed_points(list(ids), Engine("vllm", PINNED["vllm"]), N), ids
-
-
-@pytest.mark.xfail(strict=True, reason="id 0 records the LAST layer's output (_layer_names[-1]), and the slots "
-                                       "follow the order the ids are written in, not ascending depth")
 def test_transformers_backend_matches_points(vllm):
     for ids in _lists(3):
-        got = [layer_out(k) for k in transformers_backend_layers(vllm[0], ids, N)]
-        assert got == fed_points(list(ids), Engine("vllm", PINNED["vllm"]), N), ids
+        for arch in ("Olmo2ForCausalLM", "SmolLM3ForCausalLM"):
+            expected = fed_points(list(ids), Engine("vllm", PINNED["vllm"], arch), N)
+            if 0 in ids:
+                with pytest.raises(KeyError):  # the server dies at startup; points.py: id 0 feeds nothing
+                    transformers_backend_layers(vllm[0], ids, N)
+                assert expected.count(None) == 1, ids
+                continue
+            got = [layer_out(k) for k in transformers_backend_layers(vllm[0], ids, N)]
+            assert got == expected, (ids, got, expected)
 
 
 def test_transformers_backend_difference_is_exactly(vllm):
+    """Independent of points.py: layer i-1's output per distinct id, in the order written (not ascending)."""
     for ids in _lists(3):
-        written = list(dict.fromkeys(ids))  # deduplicated, first occurrence kept, order as written
-        assert transformers_backend_layers(vllm[0], ids, N) == [N - 1 if i == 0 else i - 1 for i in written], ids
+        if 0 not in ids:
+            written = list(dict.fromkeys(ids))  # deduplicated, first occurrence kept, order as written
+            assert transformers_backend_layers(vllm[0], ids, N) == [i - 1 for i in written], ids
+    assert transformers_backend_layers(vllm[0], (9, 2, 6), N) != sorted(transformers_backend_layers(vllm[0], (9, 2, 6), N))
+
+
+def test_transformers_backend_targets_are_the_22(vllm):
+    pk, _, yes, _ = vllm
+    derived = {a for a, ci in yes.items() if pk.resolve(ci, "set_aux_hidden_state_layers").module == TRANSFORMERS_BASE}
+    assert derived == TRANSFORMERS_BACKEND_ARCHS and len(derived) == 22
 
 
 # --- every EAGLE-3 class's own set path ------------------------------------------------------------

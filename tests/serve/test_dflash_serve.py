@@ -130,3 +130,15 @@ def test_an_explicit_depth_is_kept_and_only_the_default_means_the_whole_block():
     assert dflash_depth(0, 16) == 15 and dflash_depth(3, 16) == 3 and dflash_depth(15, 16) == 15
     with pytest.raises(EaglewireError, match="--depth 16: a DFlash drafter with block_size 16 drafts 1..15"):
         dflash_depth(16, 16)
+
+
+def test_block_size_is_read_from_the_config_without_the_weights(tmp_path):
+    """`serve` asks a DFlash checkpoint its block size before exporting: config.json answers it, so a checkpoint
+    whose weights are absent still says 5 (the weights are the export's to read, and to refuse)."""
+    from eaglewire.saved.checkpoint import WEIGHTS
+    from eaglewire.serve.dflash import block_size
+    from eaglewire_testing.dflash_export import make_dflash_ckpt
+
+    ckpt, _ = make_dflash_ckpt(tmp_path / "ck", block_size=5)
+    (ckpt / WEIGHTS).unlink()
+    assert block_size(ckpt) == 5

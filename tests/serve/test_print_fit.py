@@ -76,3 +76,18 @@ def test_a_target_one_node_cannot_hold_is_refused_not_printed_at_tp_alone():
         tensor_parallel(str(kimi), 0, "h100")
     assert tensor_parallel(str(kimi), 0, "h200")[0] == 8
     assert tensor_parallel(str(kimi), 8, "h100") == (8, "--tp")
+
+
+@pytest.mark.parametrize("fixture, device", [("big", "h100"), ("big", "h200"), ("kimi_k2", "h200"),
+                                             ("qwen3_5_397b_a17b", "h100"), ("gpt_oss_120b", "h100")])
+def test_the_setup_serve_sizes_is_plans_own(big, fixture, device):
+    """`serve`'s sizing (plan.estimate.serving_setup) is the engine setup the whole `plan` reports for the same
+    target and device: dense, MoE with MLA, hybrid linear attention, quantized MoE."""
+    from pathlib import Path
+
+    from eaglewire.plan.config import PlanConfig
+    from eaglewire.plan.estimate import plan, serving_setup
+
+    src = str(big) if fixture == "big" else str(Path(__file__).parents[1] / "fixtures" / "real_configs" / fixture)
+    cfg = PlanConfig(target=src, device=device)
+    assert serving_setup(cfg) == plan(cfg)["engine"]

@@ -2,7 +2,7 @@
 eaglewire's block decoding predicts, position by position; the same weights wired one layer deeper are served
 without complaint and accept less, as predicted for that wiring.
 
-Target: tiny:mistral without its window (eaglewire_testing/dflash_serving.py says why), drafter trained ~10 s
+Target: tiny:mistral without its window (eaglewire_testing/served_target.py says why), drafter trained ~10 s
 on its greedy answers. Two vLLM starts (eager, ~1-2 min each on this CPU); under CI=true a missing vLLM fails.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 
 import pytest
 
@@ -32,7 +31,7 @@ def _predict(run, ids=None):
     from eaglewire.doctor.dflash_live import DFlashPrediction
     from eaglewire.doctor.live import predicted_acceptance
     from eaglewire.drafter.dflash import DFlashDrafter
-    from eaglewire_testing.dflash_serving import MAX_NEW
+    from eaglewire_testing.served_target import MAX_NEW
 
     drafter = run["drafter"]
     if ids is not None:
@@ -46,18 +45,9 @@ def test_serve_checks_a_dflash_drafter_served_by_vllm(vllm_python, run, tmp_path
     """`eaglewire serve RUN --check-only`: exported in the z-lab layout, served with method dflash and 3 drafts
     (the block of 4), and "ready" because the served counters equal the prediction exactly, per position; the
     served answers equal eaglewire's, which equal the target's own greedy answers (transformers' generate)."""
-    from eaglewire.engines.vllm_server import free_port
-    from eaglewire.serve import serving
-    from eaglewire.serve.config import ServeConfig
-    from eaglewire_testing.dflash_serving import MAX_NEW, NUM_PROMPTS
+    from eaglewire_testing.served_target import NUM_PROMPTS, serve_check_only
 
-    real = serving._spec
-    monkeypatch.setattr(serving, "_spec", lambda *a: dataclasses.replace(real(*a), extra=list(VLLM_TEST_ARGS)))
-    res = serving.run_serve(ServeConfig(drafter=run["ckpt"], out=tmp_path / "serve", port=free_port(),
-                                        vllm_python=str(vllm_python), max_model_len=MAX_MODEL_LEN,
-                                        check_prompts=NUM_PROMPTS, max_new_tokens=MAX_NEW, check_only=True, json=True))
-    argv = shlex.split(res["command"])
-    sc = json.loads(argv[argv.index("--speculative-config") + 1])
+    res, sc = serve_check_only(vllm_python, run["ckpt"], tmp_path / "serve", monkeypatch, MAX_MODEL_LEN)
     assert sc["method"] == "dflash" and sc["num_speculative_tokens"] == 3 and res["ids"] == [1, 3, 5]
     exported = json.loads((tmp_path / "serve" / "vllm" / "config.json").read_text())
     assert exported["dflash_config"]["target_layer_ids"] == [1, 3, 5]
@@ -76,11 +66,11 @@ def test_ids_one_layer_deeper_are_served_and_accept_less_as_predicted(vllm_pytho
     """Negative control: the same weights exported with z-lab ids [2, 4, 6] (the +1 of the vLLM/speculators
     numbering written under the z-lab key). vLLM serves them without a word; acceptance drops, and eaglewire's
     prediction for that wiring predicts the served counts."""
-    from eaglewire.doctor.live import served_acceptance
-    from eaglewire.engines.vllm_server import ServeSpec, VllmServer, free_port
+    from eaglewire.engines.vllm_server import ServeSpec, free_port
     from eaglewire.export.config import ExportConfig
     from eaglewire.export.exporter import run_export
-    from eaglewire_testing.dflash_serving import MAX_NEW, SHIFTED
+    from eaglewire_testing.dflash_serving import SHIFTED
+    from eaglewire_testing.served_target import served_answers
 
     out = tmp_path / "shifted"
     run_export(ExportConfig(ckpt=run["ckpt"], format="vllm", out=out))
@@ -89,8 +79,7 @@ def test_ids_one_layer_deeper_are_served_and_accept_less_as_predicted(vllm_pytho
     (out / "config.json").write_text(json.dumps(cfg))
     spec = ServeSpec(target_dir=run["target"], drafter_dir=out, depth=3, method="dflash", port=free_port(),
                      dtype="float32", max_model_len=MAX_MODEL_LEN, memory_fraction=0.3, extra=VLLM_TEST_ARGS)
-    with VllmServer(vllm_python, spec, tmp_path / "vllm.log").start(timeout=600) as srv:
-        served, depth = served_acceptance(srv.spec.url, run["prompts"], MAX_NEW)
+    served, depth = served_answers(vllm_python, spec, tmp_path / "vllm.log", run["prompts"])
     good, miswired = _predict(run), _predict(run, SHIFTED)
     assert depth == 3 and served.outputs == run["answers"]  # lossless whatever the wiring
     assert (served.drafts, served.accepted_per_pos) == (miswired.drafts, miswired.accepted_per_pos)

@@ -10,9 +10,7 @@ under CI=true a missing vLLM fails.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import shlex
 
 import pytest
 
@@ -43,18 +41,9 @@ def test_serve_checks_a_peagle_drafter_served_in_parallel(vllm_python, run, tmp_
     [122, 58, 47] predicted). This drafter's later drafts sit at near-ties (top-2 logit margins down to 3e-4 at
     the slots) that vLLM's float32 kernels and ours round apart, as test_vllm_serving.py measured for norm_output
     and MoE drafters. Hence: rounds and position 1 exact, later positions within 3% of the rounds."""
-    from eaglewire.engines.vllm_server import free_port
-    from eaglewire.serve import serving
-    from eaglewire.serve.config import ServeConfig
-    from eaglewire_testing.dflash_serving import MAX_NEW, NUM_PROMPTS
+    from eaglewire_testing.served_target import NUM_PROMPTS, serve_check_only
 
-    real = serving._spec
-    monkeypatch.setattr(serving, "_spec", lambda *a: dataclasses.replace(real(*a), extra=list(VLLM_TEST_ARGS)))
-    res = serving.run_serve(ServeConfig(drafter=run["ckpt"], out=tmp_path / "serve", port=free_port(),
-                                        vllm_python=str(vllm_python), max_model_len=MAX_MODEL_LEN,
-                                        check_prompts=NUM_PROMPTS, max_new_tokens=MAX_NEW, check_only=True, json=True))
-    argv = shlex.split(res["command"])
-    sc = json.loads(argv[argv.index("--speculative-config") + 1])
+    res, sc = serve_check_only(vllm_python, run["ckpt"], tmp_path / "serve", monkeypatch, MAX_MODEL_LEN)
     assert sc["method"] == "eagle3" and sc["num_speculative_tokens"] == 3 and sc["parallel_drafting"] is True
     exported = json.loads((tmp_path / "serve" / "vllm" / "config.json").read_text())
     assert exported["mask_token_id"] == run["drafter"].mask_token_id
@@ -78,19 +67,18 @@ def test_served_without_parallel_drafting_is_the_eagle3_chain(vllm_python, run, 
     (measured [122, 58, 47]: the near-ties of the test above)."""
     from eaglewire.decoding.engine import SpecEngine
     from eaglewire.decoding.peagle import ParallelEngine
-    from eaglewire.doctor.live import predicted_acceptance, served_acceptance
-    from eaglewire.engines.vllm_server import ServeSpec, VllmServer, free_port, speculative_config
+    from eaglewire.doctor.live import predicted_acceptance
+    from eaglewire.engines.vllm_server import ServeSpec, free_port, speculative_config
     from eaglewire.export.config import ExportConfig
     from eaglewire.export.exporter import run_export
-    from eaglewire_testing.dflash_serving import MAX_NEW
+    from eaglewire_testing.served_target import MAX_NEW, served_answers
 
     out = tmp_path / "vllm"
     run_export(ExportConfig(ckpt=run["ckpt"], format="vllm", out=out))
     spec = ServeSpec(target_dir=run["target"], drafter_dir=out, depth=3, port=free_port(), dtype="float32",
                      max_model_len=MAX_MODEL_LEN, memory_fraction=0.3, extra=VLLM_TEST_ARGS)
     assert "parallel_drafting" not in speculative_config(spec)
-    with VllmServer(vllm_python, spec, tmp_path / "vllm.log").start(timeout=600) as srv:
-        served, depth = served_acceptance(srv.spec.url, run["prompts"], MAX_NEW)
+    served, depth = served_answers(vllm_python, spec, tmp_path / "vllm.log", run["prompts"])
     target, drafter, points = run["loaded"], run["drafter"], run["points"]
     chain = predicted_acceptance(SpecEngine(target, drafter, points), run["prompts"], 3, MAX_NEW)
     parallel = predicted_acceptance(ParallelEngine(target, drafter, points), run["prompts"], 3, MAX_NEW)

@@ -112,15 +112,12 @@ def test_unknown_family_with_custom_code_stays_refused(tmp_path):
         load_target(str(d))
 
 
-def test_tiktoken_tokenizer_without_tokenizer_json_says_what_to_add(tmp_path):
+def test_an_empty_tiktoken_model_is_named_in_one_line(tmp_path):
+    """Kimi's tokenizer is read natively from tiktoken.model (targets/tokenizers.py); an empty one is refused."""
     d = tmp_path / "kimi"
     shutil.copytree(resolve_target_dir("tiny:kimi_k25"), d)
-    (d / "tokenizer.json").unlink()
     (d / "tiktoken.model").write_text("")
-    tc = json.loads((d / "tokenizer_config.json").read_text())
-    tc["auto_map"] = {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}
-    (d / "tokenizer_config.json").write_text(json.dumps(tc))
-    with pytest.raises(EaglewireError, match=r"tiktoken\.model.*add a tokenizer\.json"):
+    with pytest.raises(EaglewireError, match=r"tiktoken\.model: empty"):
         load_target(str(d))
 
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-import transformers
 
-import eaglewire.targets.load as load_mod
 import eaglewire.training.offline as offline
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.targets.capture import decoder_stack
@@ -34,13 +32,9 @@ def kimi_dataset(tmp_path_factory):
 
 
 @pytest.fixture
-def no_builds(monkeypatch):
-    """Every way the target could be built raises; `held` records what the frozen target holds."""
-    def refuse(*a, **kw):
-        raise AssertionError("training built the target")
-
-    monkeypatch.setattr(load_mod, "load_target", refuse)
-    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse))
+def no_builds(no_target_builds, monkeypatch):
+    """Every way the target could be built raises (tests/training/conftest.py); `held` records what the frozen
+    target holds."""
     held = []
     orig = offline.load_frozen
 

@@ -5,7 +5,6 @@ The reference is the offline path on the same responses: `data extract`
 writes shards, `FeatureDataset` reads them, `train` trains on them.
 """
 
-import csv
 import os
 import shutil
 import subprocess
@@ -16,16 +15,11 @@ import torch
 
 from eaglewire.data.dataset import FeatureDataset
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.saved.checkpoint import load_checkpoint
 from eaglewire.training.config import TrainConfig
 from eaglewire.training.loop import run_train
+from eaglewire_testing.runs import metric_rows, same_losses, same_weights
 
 STEPS = 6
-
-
-def _rows(out, split="train"):
-    with open(out / "metrics.csv") as f:
-        return [r for r in csv.DictReader(f) if r["split"] == split]
 
 
 def _cfg(data, out, **kw):
@@ -38,32 +32,6 @@ def _cfg(data, out, **kw):
 def _online(data, out, **kw):
     # vocab 200: the size the offline fixture's `data vocab` used, so both count the same tokens into the same vocab
     return _cfg(data, out, **{"online": True, "target": "tiny:llama", "store_dtype": "fp32", "vocab_size": 200, **kw})
-
-
-@pytest.fixture(scope="module")
-def responses_only(tiny_dataset, tmp_path_factory):
-    """The offline fixture's generation output alone: no manifest, shards or vocab."""
-    d = tmp_path_factory.mktemp("online") / "ds"
-    d.mkdir()
-    for name in ("prompts.jsonl", "responses.jsonl", "generate.config.json"):
-        shutil.copy(tiny_dataset / name, d / name)
-    return d
-
-
-def _same_losses(a, b, rel=1e-5):
-    assert [x["step"] for x in a] == [x["step"] for x in b] and len(a) >= 1
-    for x, y in zip(a, b):
-        assert float(x["loss"]) == pytest.approx(float(y["loss"]), rel=rel), x["step"]
-        assert float(x["acc_0"]) == pytest.approx(float(y["acc_0"]), abs=1e-9), x["step"]
-
-
-def _same_weights(da, db, atol=2e-5):
-    ma, pa = load_checkpoint(da)
-    mb, pb = load_checkpoint(db)
-    assert list(ma.state_dict()) == list(mb.state_dict())
-    for (k, va), vb in zip(ma.state_dict().items(), mb.state_dict().values()):
-        torch.testing.assert_close(va, vb, atol=atol, rtol=1e-4, msg=k)
-    return pa, pb
 
 
 def test_online_samples_are_the_extracted_samples(tiny_dataset, responses_only):
@@ -93,9 +61,9 @@ def test_online_training_follows_offline_training(tiny_dataset, responses_only, 
     run_train(_cfg(tiny_dataset, tmp_path / "off"))
     run_train(_online(responses_only, tmp_path / "on"))
     # rounding the features to bf16 instead of fp32 moves these losses by 1e-6 to 1e-2 (relative)
-    _same_losses(_rows(tmp_path / "off"), _rows(tmp_path / "on"), rel=1e-6)
-    _same_losses(_rows(tmp_path / "off", "val"), _rows(tmp_path / "on", "val"), rel=1e-6)
-    p_off, p_on = _same_weights(tmp_path / "off" / "drafter", tmp_path / "on" / "drafter")
+    same_losses(metric_rows(tmp_path / "off"), metric_rows(tmp_path / "on"), rel=1e-6)
+    same_losses(metric_rows(tmp_path / "off", "val"), metric_rows(tmp_path / "on", "val"), rel=1e-6)
+    p_off, p_on = same_weights(tmp_path / "off" / "drafter", tmp_path / "on" / "drafter")
     assert sorted(p.name for p in responses_only.iterdir()) == before  # nothing stored next to the responses
     assert p_on.points == p_off.points and p_on.fingerprint == p_off.fingerprint
     assert p_on.dataset["online"] and p_on.dataset["responses_sha"] and p_on.vocab["size"] == 200
@@ -114,8 +82,8 @@ def test_online_bf16_store_dtype_rounds_as_extraction(tiny_dataset, responses_on
     run_train(_cfg(bf, tmp_path / "off", max_steps=3))
     run_train(_online(responses_only, tmp_path / "on", max_steps=3, store_dtype="bf16"))
     # a last-bit difference in the fp32 forward can flip a bf16 rounding here and there
-    _same_losses(_rows(tmp_path / "off"), _rows(tmp_path / "on"), rel=1e-4)
-    _same_weights(tmp_path / "off" / "drafter", tmp_path / "on" / "drafter", atol=1e-4)
+    same_losses(metric_rows(tmp_path / "off"), metric_rows(tmp_path / "on"), rel=1e-4)
+    same_weights(tmp_path / "off" / "drafter", tmp_path / "on" / "drafter", atol=1e-4)
 
 
 def test_online_under_torchrun_matches_offline_single_process(tiny_dataset, responses_only, tmp_path):
@@ -129,10 +97,10 @@ def test_online_under_torchrun_matches_offline_single_process(tiny_dataset, resp
            "--ttt-steps", "3", "--max-len", "96", "--max-steps", "4"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert r.returncode == 0, r.stderr[-3000:]
-    a, b = _rows(tmp_path / "single"), _rows(ddp)
+    a, b = metric_rows(tmp_path / "single"), metric_rows(ddp)
     assert len(a) == len(b) == 4
-    _same_losses(a, b)
-    _, prov = _same_weights(tmp_path / "single" / "drafter", ddp / "drafter")
+    same_losses(a, b)
+    _, prov = same_weights(tmp_path / "single" / "drafter", ddp / "drafter")
     assert prov.training["world_size"] == 2 and prov.dataset["online"]
 
 

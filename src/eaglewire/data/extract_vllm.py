@@ -21,6 +21,7 @@ import shlex
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -127,10 +128,11 @@ def _layer_kinds(target_dir: Path) -> list:
     return kinds if isinstance(kinds, list) else []
 
 
-def server_spec(cfg, target_dir: Path, ids: list[int], states_dir: Path, cpu_build: bool):
+def server_spec(cfg, target_dir: Path, ids: list[int], states_dir: Path, cpu_build: bool, max_len: int):
+    """The managed capture server for `ids`, taking sequences of up to `max_len` tokens."""
     extra = capture_args(ids, states_dir, ours=cpu_build) + _parallel_args(cfg)
     return ServeSpec(target_dir=target_dir, drafter_dir=None, port=free_port(), dtype=_vllm_dtype(cfg.dtype, cpu_build, target_dir),
-                     max_model_len=_model_len(target_dir, cfg.max_seq_len + 1), memory_fraction=0.3 if cpu_build else 0.0,
+                     max_model_len=_model_len(target_dir, max_len + 1), memory_fraction=0.3 if cpu_build else 0.0,
                      extra=extra)
 
 
@@ -162,60 +164,80 @@ def run_vllm_extract(cfg, rows: list[dict], s, gen: dict):
             return man  # nothing to capture: start no server
     skeleton = load_skeleton(cfg.target)
     pts = parse_points(s.points, skeleton.num_layers)
-    ids = capture_plan(pts, skeleton.num_layers, skeleton.config.model_type)[0]
-    states_dir = Path(cfg.states_dir or cfg.data / STATES_DIR).resolve()
-    if cfg.engine_url:
-        client = StatesClient(cfg.engine_url, None, len(ids), skeleton.hidden_size, cfg.request_timeout,
-                              states_dir=states_dir)
-        version = (client.client.identity(client.model).get("version") or {}).get("version")
-        prov = _provenance(version, cfg, ids, skeleton.num_layers, cfg.engine_url)
-        if cfg.dtype != "auto":
-            _vllm_dtype(cfg.dtype, False)  # the name is checked; the server's own dtype is the user's to match
-        fdtype = None if cfg.dtype == "auto" else cfg.dtype  # auto: unknown, the doctor infers it
-        cap = VllmCapture(client, skeleton, pts, prov, fdtype)
-        try:
-            return extract(skeleton, rows, cfg.data, s, gen, resume=cfg.resume, capture_with=cap)
-        finally:
-            cap.close()
-    with _run_states_dir(cfg) as run_dir:
-        return _managed_extract(cfg, rows, s, gen, skeleton, pts, ids, run_dir)
+    with vllm_capture(cfg, skeleton, pts, CaptureSite(Path(cfg.states_dir or cfg.data / STATES_DIR).resolve(),
+                                                      cfg.states_dir is None, cfg.data / "vllm-capture.log",
+                                                      s.max_seq_len, "finished shards are kept: rerun with --resume",
+                                                      "extract")) as cap:
+        return extract(skeleton, rows, cfg.data, s, gen, resume=cfg.resume, capture_with=cap)
 
 
-def _managed_extract(cfg, rows, s, gen: dict, skeleton, pts, ids, states_dir: Path):
-    """Extract through a vLLM server this command starts, writing its states into `states_dir`."""
-    python = _startable(find_python(cfg.vllm_python), skeleton.path)
-    cpu = is_cpu_build(python)
-    spec = server_spec(cfg, skeleton.path, ids, states_dir, cpu)
-    log = cfg.data / "vllm-capture.log"
-    print(f"[extract] starting vLLM ({'CPU build' if cpu else 'GPU'}; ~3 min), ids {ids}; log {log}", flush=True)
-    with VllmServer(python, spec, log, env=plugin_env() if cpu else None).start(timeout=cfg.startup_timeout) as srv:
-        client = StatesClient(srv.spec.url, None, len(ids), skeleton.hidden_size, cfg.request_timeout,
-                              states_dir=states_dir)
-        prov = _provenance(vllm_version(python), cfg, ids, skeleton.num_layers, None)
-        fdtype = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(spec.dtype)  # auto: vLLM's choice
-        cap = VllmCapture(client, skeleton, pts, prov, fdtype)
-        try:
-            man = extract(skeleton, rows, cfg.data, s, gen, resume=cfg.resume, capture_with=cap)
-        except EaglewireError as e:
-            if srv.proc.poll() is None:
-                raise
-            raise EaglewireError(f"vLLM server died during capture (exit {srv.proc.returncode}; log {log}: "
-                                 f"{srv.log_tail()}); finished shards are kept: rerun with --resume") from e
-        finally:
-            cap.close()
-    return man
+@dataclass
+class CaptureSite:
+    """Where a capture session keeps its files, and what its messages say."""
+
+    states_root: Path  # the server writes each request's states under here (a server at --engine-url: exactly here)
+    own_root: bool  # the root is this command's own (its lock is held): files left by killed runs are removed
+    log: Path  # a managed server's log
+    max_len: int  # the longest token sequence a request sends
+    after_death: str  # what is kept and how to continue, when the server dies mid-run
+    stage: str  # the progress lines' prefix
 
 
 @contextmanager
-def _run_states_dir(cfg):
-    """A directory this run makes under the states directory, for a managed server's files; removed after.
+def vllm_capture(cfg, skeleton, pts: list[Point], site: CaptureSite):
+    """A `VllmCapture` of `pts` through the server at `cfg.engine_url`, or through one started (and stopped) here.
+
+    Shared by `data extract --engine vllm` and `train --online --engine vllm`: `cfg` gives engine_url, dtype,
+    vllm_python, tensor_parallel_size, engine_args, startup_timeout and request_timeout. A managed server's
+    start is refused in one line, before anything is written, when its vLLM is known not to run the target.
+    """
+    ids = capture_plan(pts, skeleton.num_layers, skeleton.config.model_type)[0]
+    if cfg.engine_url:
+        client = StatesClient(cfg.engine_url, None, len(ids), skeleton.hidden_size, cfg.request_timeout,
+                              states_dir=site.states_root)
+        version = (client.client.identity(client.model).get("version") or {}).get("version")
+        if cfg.dtype != "auto":
+            _vllm_dtype(cfg.dtype, False)  # the name is checked; the server's own dtype is the user's to match
+        fdtype = None if cfg.dtype == "auto" else cfg.dtype  # auto: unknown, the doctor infers it
+        cap = VllmCapture(client, skeleton, pts, _provenance(version, cfg, ids, skeleton.num_layers, cfg.engine_url),
+                          fdtype)
+        try:
+            yield cap
+        finally:
+            cap.close()
+        return
+    python = _startable(find_python(cfg.vllm_python), skeleton.path)
+    with _run_states_dir(site.states_root, site.own_root) as states_dir:
+        cpu = is_cpu_build(python)
+        spec = server_spec(cfg, skeleton.path, ids, states_dir, cpu, site.max_len)
+        print(f"[{site.stage}] starting vLLM ({'CPU build' if cpu else 'GPU'}; ~3 min), ids {ids}; log {site.log}",
+              flush=True)
+        with VllmServer(python, spec, site.log, env=plugin_env() if cpu else None).start(timeout=cfg.startup_timeout) as srv:
+            client = StatesClient(srv.spec.url, None, len(ids), skeleton.hidden_size, cfg.request_timeout,
+                                  states_dir=states_dir)
+            fdtype = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(spec.dtype)  # auto: vLLM's choice
+            cap = VllmCapture(client, skeleton, pts, _provenance(vllm_version(python), cfg, ids, skeleton.num_layers,
+                                                                 None), fdtype)
+            try:
+                yield cap
+            except EaglewireError as e:
+                if srv.proc.poll() is None:
+                    raise
+                raise EaglewireError(f"vLLM server died during capture (exit {srv.proc.returncode}; log {site.log}: "
+                                     f"{srv.log_tail()}); {site.after_death}") from e
+            finally:
+                cap.close()
+
+
+@contextmanager
+def _run_states_dir(root: Path, own: bool):
+    """A directory this run makes under the states directory `root`, for a managed server's files; removed after.
 
     A --states-dir the user names may hold files of their own: the server writes
     into a fresh directory of ours, and only what that holds is ever removed.
     """
-    root = Path(cfg.states_dir or cfg.data / STATES_DIR).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    if cfg.states_dir is None:  # the dataset's own (its lock is held): left by runs killed before cleaning up
+    if own:  # the dataset's or the run's own (its lock is held): left by runs killed before cleaning up
         for old in root.glob(".eaglewire-*"):
             _clear_states(old)
     d = Path(tempfile.mkdtemp(prefix=".eaglewire-", dir=root))
@@ -223,7 +245,7 @@ def _run_states_dir(cfg):
         yield d
     finally:
         _clear_states(d)
-        if cfg.states_dir is None and root.is_dir() and not any(root.iterdir()):
+        if own and root.is_dir() and not any(root.iterdir()):
             root.rmdir()
 
 
@@ -266,7 +288,7 @@ def print_command(cfg) -> str:
     pts = parse_points([p.name for p in point_option(cfg.points, skeleton.num_layers)], skeleton.num_layers)
     ids = capture_plan(pts, skeleton.num_layers, skeleton.config.model_type)[0]
     states_dir = Path(cfg.states_dir or cfg.data / STATES_DIR).resolve()
-    spec = server_spec(cfg, resolve_target_dir(cfg.target), ids, states_dir, cpu_build=False)
+    spec = server_spec(cfg, resolve_target_dir(cfg.target), ids, states_dir, False, cfg.max_seq_len)
     spec.port = 8000  # the host stays loopback, as `serve`'s: the server has no API key
     # `vllm serve` acts on --headless for nodes > 0
     return shlex.join(serve_command(spec)) + "\n" + HOST_NOTE

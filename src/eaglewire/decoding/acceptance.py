@@ -84,6 +84,17 @@ def chain_stats(model, ds, head_w, num_samples: int, depth: int, d2t_mode: str =
             "acceptance_rate_per_position": [sum(r > k for r in flat) / n_r for k in range(depth)]}
 
 
+def rounds_summary(rounds: list[list[int]], depth: int) -> dict:
+    """vLLM's figures from accepted drafts per round, per answer: 1 + accepted per round, per position, the 95%
+    interval (the offline walks of every drafter kind report the same keys)."""
+    flat = [r for per in rounds for r in per]
+    n_r = max(len(flat), 1)
+    return {"depth": depth, "samples": len(rounds), "rounds": len(flat), "per_sample": [[sum(r), len(r)] for r in rounds],
+            "mean_acceptance_length": 1.0 + sum(flat) / n_r, "mean_acceptance_length_ci95": bootstrap_interval(rounds),
+            "accepted_per_position": [sum(r > k for r in flat) for k in range(depth)],
+            "acceptance_rate_per_position": [sum(r > k for r in flat) / n_r for k in range(depth)]}
+
+
 def bootstrap_interval(rounds: list[list[int]], n_boot: int = 1000, seed: int = 0) -> list[float] | None:
     """95% interval of the mean acceptance length, resampling whole samples (None below 2 samples).
 

@@ -19,18 +19,17 @@ import torch
 import torch.nn.functional as F
 
 from eaglewire.data.dataset import collate
-from eaglewire.decoding.acceptance import bootstrap_interval, decode_rounds, round_masks
+from eaglewire.decoding.acceptance import decode_rounds, round_masks, rounds_summary
 from eaglewire.drafter.dflash import DFlashDrafter
 from eaglewire.drafter.ttt import target_full_argmax
 from eaglewire.infra.errors import EaglewireError
 
 
-def slot_indices(manifest_points: list[str], drafter: DFlashDrafter) -> list[int]:
+def slot_indices(manifest_points: list[str], want: list[str], who: str = "the DFlash drafter") -> list[int]:
     """Where each of the drafter's points sits among the dataset's stored slots (one line when one is missing)."""
-    want = [p.name for p in drafter.config.points]
     missing = [n for n in want if n not in manifest_points]
     if missing:
-        raise EaglewireError(f"the dataset stores {manifest_points}; the DFlash drafter reads {want} "
+        raise EaglewireError(f"the dataset stores {manifest_points}; {who} reads {want} "
                              f"({', '.join(missing)} missing): build the dataset with --points {','.join(want)}")
     return [manifest_points.index(n) for n in want]
 
@@ -67,13 +66,8 @@ def block_chain_stats(drafter: DFlashDrafter, ds, embed_w: torch.Tensor, head_w:
     if not 1 <= depth <= drafter.config.block_size - 1:
         raise EaglewireError(f"depth {depth}: a DFlash drafter with block_size {drafter.config.block_size} drafts "
                              f"1..{drafter.config.block_size - 1} tokens per round")
-    slots = slot_indices([p.name for p in ds.manifest.points or []], drafter)
+    slots = slot_indices([p.name for p in ds.manifest.points or []], [p.name for p in drafter.config.points])
     drafter = drafter.float().eval()
     embed_w, head_w = embed_w.float(), head_w.float()
     rounds = [_sample_rounds(drafter, ds[i], slots, embed_w, head_w, depth) for i in range(min(num_samples, len(ds)))]
-    flat = [r for per in rounds for r in per]
-    n_r = max(len(flat), 1)
-    return {"depth": depth, "samples": len(rounds), "rounds": len(flat), "per_sample": [[sum(r), len(r)] for r in rounds],
-            "mean_acceptance_length": 1.0 + sum(flat) / n_r, "mean_acceptance_length_ci95": bootstrap_interval(rounds),
-            "accepted_per_position": [sum(r > k for r in flat) for k in range(depth)],
-            "acceptance_rate_per_position": [sum(r > k for r in flat) / n_r for k in range(depth)]}
+    return rounds_summary(rounds, depth)

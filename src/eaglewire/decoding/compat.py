@@ -17,15 +17,34 @@ from eaglewire.targets.fingerprint import TargetFingerprint, chat_template_hash
 from eaglewire.targets.points import Point, parse_points
 
 
-def drafter_mismatches(target, drafter, prov: Provenance) -> tuple[list[str], list[Point] | None]:
-    """(human-readable differences, capture points or None when unreadable)."""
+def drafter_mismatches(target, prov: Provenance, own: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """What differs between the target and the one the drafter was trained for: its fingerprint, the drafter
+    kind's `own` differences (sizes, points), the chat template. Every drafter kind's loader asks this one."""
     diffs: list[str] = []
     fp = prov.fingerprint
     if fp.unknown:
         diffs.append("checkpoint has no target fingerprint")
     elif bad := fp.describe_mismatch(TargetFingerprint.of(target)):
         diffs.append("target fingerprint differs on " + bad)
-    c = drafter.config
+    diffs.extend(own)
+    sha = prov.chat_template_sha
+    if sha and sha != chat_template_hash(target.tokenizer):
+        diffs.append("chat template differs from the one the training data was rendered with")
+    return diffs
+
+
+def refuse_unless_forced(target, path: Path, diffs: list[str], force: bool, kind: str = "drafter") -> None:
+    """A mismatch is refused in one line unless ``force``; forced, each is a warning (at the loader's caller)."""
+    if diffs and not force:
+        raise EaglewireError(f"{kind} {path} does not match target {target.source!r}: " + "; ".join(diffs)
+                             + " (use --force to run anyway)")
+    for d in diffs:
+        warnings.warn(f"drafter {path}: {d} (forced)", stacklevel=3)
+
+
+def _eagle3_mismatches(target, drafter, prov: Provenance) -> tuple[list[str], list[Point] | None]:
+    """(an EAGLE-3 drafter's own differences: sizes and capture points, the points or None when unreadable)."""
+    c, diffs = drafter.config, []
     if c.target_hidden_size != target.hidden_size:
         diffs.append(f"hidden size: drafter expects {c.target_hidden_size}, target has {target.hidden_size}")
     if c.vocab_size != target.vocab_size:
@@ -41,21 +60,14 @@ def drafter_mismatches(target, drafter, prov: Provenance) -> tuple[list[str], li
             diffs.append(f"capture points {names}: {e}")
         if points is not None and len(points) != c.num_aux:
             diffs.append(f"capture points: {len(points)} named, drafter fc takes {c.num_aux}")
-    sha = prov.chat_template_sha
-    if sha and sha != chat_template_hash(target.tokenizer):
-        diffs.append("chat template differs from the one the training data was rendered with")
     return diffs, points
 
 
 def load_drafter_for(target, path: Path, force: bool = False):
     """Load a checkpoint on the target's device/dtype; refuse mismatches unless ``force``."""
     drafter, prov = load_checkpoint(Path(path), device=target.device, dtype=target.dtype)
-    diffs, points = drafter_mismatches(target, drafter, prov)
-    if diffs and not force:
-        raise EaglewireError(f"drafter {path} does not match target {target.source!r}: " + "; ".join(diffs)
-                             + " (use --force to run anyway)")
-    for d in diffs:
-        warnings.warn(f"drafter {path}: {d} (forced)", stacklevel=2)
+    own, points = _eagle3_mismatches(target, drafter, prov)
+    refuse_unless_forced(target, path, drafter_mismatches(target, prov, own), force)
     if points is None:
         raise EaglewireError(f"drafter {path}: cannot tell which target tensors to feed it (no usable capture points)")
     if drafter.config.vocab_size != target.vocab_size or target.hidden_size * len(points) != drafter.fc.in_features:

@@ -1,4 +1,4 @@
-"""Lossless greedy decoding with a P-EAGLE drafter: one drafter forward per round, a chain of K drafts.
+"""Lossless decoding with a P-EAGLE drafter (greedy or sampled): one drafter forward per round, a chain of K drafts.
 
 The round is vLLM 0.32.0's V1 EAGLE proposer with ``parallel_drafting``
 (``v1/spec_decode/llm_base_proposer.py``): the drafter's input is the rows of
@@ -18,8 +18,18 @@ round in place of its draft/verify step, counted as vLLM counts: every round
 drafts K (near the end of the request too: vLLM's scheduler does not shorten a
 draft for max_tokens), and a round's accepted drafts are counted up to the
 tokens the request kept (``BlockResult`` / ``dflash.block_stats``).
-Greedy only: vLLM samples each parallel slot from its own softmax, which is
-not modelled here, so a temperature is refused in one line.
+
+Sampling (``temperature > 0``) is DFlash's (decoding/dflash.py, where the
+argument is written out): draft k's distribution ``p_k`` is the warped
+softmax of its own row (the last real row for k = 1, mask slot k-1 after),
+``d_k`` is one draw from it, and the chain goes through the engine's one
+rejection rule (``verify_block``) with those ``p_k``. It is exact because no
+row of the forward reads an earlier draft (the slots read the mask token and
+``mask_hidden``), so ``d_k`` is drawn from ``p_k`` whatever was drawn or
+accepted before it. vLLM does the same: with ``parallel_drafting`` its
+proposer returns after the one forward and samples all K rows, each from its
+own softmax (``llm_base_proposer.py`` ``propose``, ``_sample_from_logits``),
+kept as ``draft_probs`` for ``v1/sample/rejection_sampler.py``.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from eaglewire.decoding.dflash import BlockResult, verify_block
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
 from eaglewire.decoding.metrics import Metrics, StepRecord
 from eaglewire.decoding.target_runner import TargetRunner
+from eaglewire.decoding.verify import sample, warp
 from eaglewire.drafter.dflash import cat_context
 from eaglewire.drafter.model import KV
 from eaglewire.drafter.peagle import PEagleDrafter
@@ -54,8 +65,8 @@ class ParallelDrafter:
         self.length = 0  # cached rows = positions 0 .. length-1
 
     @torch.inference_mode()
-    def draft(self, next_tokens: list[int], features: torch.Tensor, k: int) -> list[int]:
-        """Append the rows ``(next_tokens[i], features[:, i])`` and return k greedy drafts (target ids).
+    def logits(self, next_tokens: list[int], features: torch.Tensor, k: int) -> torch.Tensor:
+        """Append the rows ``(next_tokens[i], features[:, i])``; the k drafts' draft-vocab logits ``[k, D]``.
 
         ``features`` [1, n, A*Ht] are the target states of positions ``length .. length+n-1``; ``next_tokens``
         the n tokens that follow them (the last one is the bonus)."""
@@ -65,7 +76,21 @@ class ParallelDrafter:
         logits, new = self.drafter.parallel_draft(ids, features.to(self.dtype), pos, self.kv, k)  # [1, k, D]
         self.kv = cat_context(self.kv, new)
         self.length += n
-        return self.drafter.draft_to_target(logits[0].argmax(-1)).tolist()
+        return logits[0].float()
+
+    def draft(self, next_tokens: list[int], features: torch.Tensor, k: int) -> list[int]:
+        """k greedy drafts (target ids) after appending the rows (:meth:`logits`)."""
+        return self.drafter.draft_to_target(self.logits(next_tokens, features, k).argmax(-1)).tolist()
+
+    def draft_sampled(self, next_tokens: list[int], features: torch.Tensor, k: int, temperature: float,
+                      top_p: float, gen: torch.Generator | None) -> tuple[list[int], list[torch.Tensor]]:
+        """(drafts, their distributions ``p_k`` over the target vocabulary [V]): draft k is one draw from its own
+        row's warped softmax (module docstring)."""
+        probs = warp(self.logits(next_tokens, features, k), temperature, top_p)  # [k, D]
+        ids = self.drafter.draft_target_ids()
+        full = torch.zeros(k, self.drafter.config.vocab_size, device=probs.device).index_copy_(1, ids, probs)
+        drafts = [sample(p, gen) for p in probs]
+        return self.drafter.draft_to_target(torch.tensor(drafts, device=ids.device)).tolist(), list(full)
 
 
 class ParallelEngine(SpecEngine):
@@ -81,12 +106,9 @@ class ParallelEngine(SpecEngine):
         self.rows: tuple[list[int], torch.Tensor] | None = None  # verified rows the drafter has not read yet
 
     def generate(self, prompt_ids: list[int], cfg: SpecConfig):
-        """``cfg.depth`` parallel drafts per round (mode chain; plain decodes plainly), greedy."""
+        """``cfg.depth`` parallel drafts per round (mode chain; plain decodes plainly), greedy or sampled."""
         if cfg.mode == "tree":
             raise EaglewireError("mode 'tree': a P-EAGLE drafter drafts one chain of K tokens per round: use chain")
-        if cfg.temperature > 0 and cfg.mode != "plain":
-            raise EaglewireError(f"--temperature {cfg.temperature:g}: P-EAGLE decoding here is greedy (vLLM samples "
-                                 "each parallel slot from its own softmax; not modelled): use --temperature 0")
         return super().generate(prompt_ids, cfg)
 
     def _prefill(self, ids: list[int], cfg: SpecConfig, gen, out, m: Metrics) -> None:
@@ -106,10 +128,15 @@ class ParallelEngine(SpecEngine):
         root = out.ids[-1]
         k = max(0, min(cfg.depth, self.runner.max_positions - self.runner.length - 1))
         tokens, feats = self.rows
-        drafts = self.draft.draft(tokens, feats, k) if k > 0 else []
+        drafts, probs = [], None
+        if k > 0 and cfg.temperature == 0:
+            drafts = self.draft.draft(tokens, feats, k)
+        elif k > 0:
+            drafts, probs = self.draft.draft_sampled(tokens, feats, k, cfg.temperature, cfg.top_p, gen)
         t1 = time.perf_counter()
         hidden, feats = self.runner.forward(torch.tensor([[root, *drafts]], device=self.target.device))
-        acc, bonus = verify_block(root, drafts, None, self.runner.logits(hidden[0]).__getitem__)
+        acc, bonus = verify_block(root, drafts, probs, self.runner.logits(hidden[0]).__getitem__, cfg.temperature,
+                                  cfg.top_p, gen)
         self.runner.keep(k + 1, list(range(acc + 1)))
         t2 = time.perf_counter()
         n = out.push([*drafts[:acc], bonus])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import warnings
 from pathlib import Path
 
 from eaglewire.data.heldout import heldout_prompts_path
@@ -20,7 +19,7 @@ from eaglewire.decoding.bench import (
     run_bench,
     write_outputs,
 )
-from eaglewire.decoding.compat import load_drafter_for
+from eaglewire.decoding.compat import drafter_mismatches, load_drafter_for, refuse_unless_forced
 from eaglewire.decoding.config import BenchConfig
 from eaglewire.decoding.dflash import BlockEngine, block_stats
 from eaglewire.decoding.engine import SpecConfig, SpecEngine
@@ -31,7 +30,6 @@ from eaglewire.infra.device import resolve_device, resolve_dtype
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.saved.checkpoint import read_provenance
 from eaglewire.saved.dflash import is_dflash_checkpoint, load_dflash_checkpoint
-from eaglewire.targets.fingerprint import TargetFingerprint, chat_template_hash
 from eaglewire.targets.load import load_target
 
 # options that shape EAGLE-3 drafts (trees, gates, lookup, the drafter's weight format); a DFlash drafter drafts
@@ -53,18 +51,9 @@ def load_models(cfg):
 
 
 def load_dflash_for(target, path: Path, force: bool = False) -> DFlashDrafter:
-    """A DFlash checkpoint on the target's device/dtype; mismatches refused unless ``force`` (as ``load_drafter_for``)."""
+    """A DFlash checkpoint on the target's device/dtype; mismatches refused unless ``force`` (compat.py's rule)."""
     drafter, prov = load_dflash_checkpoint(Path(path), device=target.device, dtype=target.dtype)
-    c, diffs = drafter.config, []
-    fp = prov.fingerprint
-    if fp.unknown:
-        diffs.append("checkpoint has no target fingerprint")
-    elif bad := fp.describe_mismatch(TargetFingerprint.of(target)):
-        diffs.append("target fingerprint differs on " + bad)
-    sha = prov.chat_template_sha
-    if sha and sha != chat_template_hash(target.tokenizer):
-        diffs.append("chat template differs from the one the training data was rendered with")
-    wiring = []  # what no --force can run
+    c, wiring = drafter.config, []  # what no --force can run
     if c.hidden_size != target.hidden_size:
         wiring.append(f"hidden size: drafter expects {c.hidden_size}, target has {target.hidden_size}")
     if c.vocab_size != target.vocab_size:
@@ -74,11 +63,7 @@ def load_dflash_for(target, path: Path, force: bool = False) -> DFlashDrafter:
                       f"{target.num_layers} layers")
     if wiring:
         raise EaglewireError(f"DFlash drafter {path} cannot be wired to target {target.source!r}: " + "; ".join(wiring))
-    if diffs and not force:
-        raise EaglewireError(f"DFlash drafter {path} does not match target {target.source!r}: " + "; ".join(diffs)
-                             + " (use --force to run anyway)")
-    for d in diffs:
-        warnings.warn(f"drafter {path}: {d} (forced)", stacklevel=2)
+    refuse_unless_forced(target, path, drafter_mismatches(target, prov), force, "DFlash drafter")
     return drafter
 
 
@@ -230,7 +215,7 @@ def generate_dflash(cfg, target, drafter: DFlashDrafter) -> dict:
 
 
 def generate_peagle(cfg, target, drafter: PEagleDrafter, points) -> dict:
-    """`generate` with a P-EAGLE drafter: --depth parallel drafts per round, greedy (``--mode plain``: plain);
+    """`generate` with a P-EAGLE drafter: --depth parallel drafts per round, greedy or sampled (``--mode plain``: plain);
     the rounds counted as vLLM counts them (``block_stats``)."""
     refuse_eagle3_only(cfg, "P-EAGLE drafter")  # refusals before any decoding
     eng = ParallelEngine(target, drafter, points)

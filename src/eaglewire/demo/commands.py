@@ -15,6 +15,7 @@ from pathlib import Path
 from eaglewire.data.config import DataBuildConfig
 from eaglewire.data.heldout import heldout_prompts_path
 from eaglewire.decoding.config import BenchConfig
+from eaglewire.demo.deploy import FORMATS
 from eaglewire.doctor.config import DoctorDatasetConfig, DoctorDrafterConfig, DoctorEngineConfig
 from eaglewire.export.config import ExportConfig
 from eaglewire.infra.options import to_argv
@@ -46,7 +47,7 @@ def demo_steps(target: str, preset: dict, run: Path, seed: int = 0, device: str 
         Step("doctor dataset", DoctorDatasetConfig(data=data, device=device), "doctor"),
         Step("doctor drafter", DoctorDrafterConfig(ckpt=train, data=data, samples=128), "doctor"),
     ]
-    for fmt in ("sglang", "vllm"):  # what a user deploys: the exports, checked against the training config
+    for fmt in FORMATS:  # what a user deploys: the exports, checked against the training config
         out = run / "export" / fmt
         steps += [Step("export", ExportConfig(ckpt=train / "drafter", format=fmt, out=out), "doctor"),
                   Step("doctor config", DoctorEngineConfig(drafter_dir=out, engine=fmt, trained_on=train,

@@ -8,14 +8,17 @@ what the report describes and what `doctor live` can check.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from eaglewire.decoding.shapes import DEFAULTS
 from eaglewire.demo.config import PRESETS
 from eaglewire.engines.sglang import launch_line
+from eaglewire.export.written import RECORD
 from eaglewire.saved.checkpoint import read_provenance
 from eaglewire.targets.points import id_lists
 
+# the layouts the demo exports, each checked by `doctor config` with its engine (llama.cpp's GGUF: its own stage)
 FORMATS = ("sglang", "vllm")
 
 
@@ -49,21 +52,35 @@ def check_commands(run: Path) -> list[tuple[str, str]]:
             for fmt in FORMATS if (run / "export" / fmt).is_dir()]
 
 
-def export_rows(run: Path, bench: dict) -> list[list[str]]:
+def export_rows(run: Path, log: dict) -> list[list[str]]:
     ck = run / "train" / "drafter"
     prov = read_provenance(ck)
     pts = id_lists(prov.points, prov.num_layers)
     rows = [["Capture points (physical)", ", ".join(pts["names"])],
             ["SGLang ids (eagle_config.eagle_aux_hidden_state_layer_ids)", str(pts["sglang"])],
             ["vLLM ids (top-level eagle_aux_hidden_state_layer_ids)", str(pts["vllm"])]]
+    refused = {r["format"]: r for r in (log.get("doctor") or {}).get("refused", [])}
     for fmt in FORMATS:
         cmd = f"eaglewire export {ck} --format {fmt} --out {run}/export/{fmt}"
         made = (run / "export" / fmt).is_dir()
-        rows.append([f"Export for {fmt}", f"made by the demo: {run}/export/{fmt} (to remake: {cmd} --force)" if made
-                     else f"{cmd} (not made in this run)"])
-    rows += serve_rows(run, bench)
+        rows.append([f"Export for {fmt}", f"refused, nothing written: {refused[fmt]['refusal']}" if fmt in refused
+                     else f"made by the demo: {run}/export/{fmt}{_ids(run / 'export' / fmt)} (to remake: {cmd} --force)"
+                     if made else f"{cmd} (not made in this run)"])
+    if gguf := (log.get("llamacpp") or {}).get("refused"):
+        rows.append(["Export for gguf (llama.cpp)", f"refused, nothing written: {gguf}"])
+    rows += serve_rows(run, log.get("bench", {}))
     rows += [[f"Check a deployment ({fmt})", cmd] for fmt, cmd in check_commands(run)]
     return rows
+
+
+def _ids(export: Path) -> str:
+    """The ids an export wrote, from its own record: on some targets (SGLang's DeepSeek family) an engine's ids
+    differ from the generic rows above."""
+    try:
+        rec = json.loads((export / RECORD).read_text())
+    except (OSError, ValueError):
+        return ""
+    return f", ids {rec['ids']} ({rec['engine']})" if isinstance(rec, dict) and "ids" in rec and "engine" in rec else ""
 
 
 def more_lines(preset: str, p: dict, log: dict) -> list[str]:

@@ -26,10 +26,11 @@ from eaglewire.doctor.live import Acceptance, predicted_acceptance
 from eaglewire.engines import llama_env
 from eaglewire.engines.llama_server import DEFAULT_P_MIN, LlamaServer, LlamaSpec, complete
 from eaglewire.engines.vllm_server import counter_delta, free_port, spec_counters
+from eaglewire.export import gguf
 from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
-from eaglewire.export.gguf import target_gguf
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.checkpoint import load_checkpoint
 from eaglewire.saved.depth import LLAMA_CPP_DEPTH
 from eaglewire.targets.load import load_target
 
@@ -40,14 +41,24 @@ NOT_BUILT = ("no llama-server built here: `python -m eaglewire.engines.llama_env
              "then rerun `eaglewire demo` (finished stages are kept)")
 
 
+def llamacpp_refusal(run: Path) -> str | None:
+    """Why llama.cpp cannot serve this run's drafter on its target (its graph, the drafter's points or layout),
+    from the export's own checks, which need no llama-server: None when it can."""
+    model, prov = load_checkpoint(run / "train" / "drafter")
+    why = gguf.refusals(model.config, prov.points, prov.num_layers, prov.fingerprint.arch)
+    return "; ".join(why) or None
+
+
 def llamacpp_stage(run: Path, target: str, n_prompts: int, max_new_tokens: int, threads: int = 2) -> dict:
     """{"skipped": why} where it cannot run, else speeds, ratios and served acceptance."""
+    if refusal := llamacpp_refusal(run):
+        return {"skipped": f"llama.cpp cannot take this target or drafter: {refusal}", "refused": refusal}
     if not llama_env.is_built():
         return {"skipped": NOT_BUILT}
     try:
         exp = run_export(ExportConfig(ckpt=run / "train" / "drafter", format="gguf", out=run / "export" / "llama.cpp",
                                       gguf_type=DRAFTER_TYPE, verifier=target, force=True))
-        tg = target_gguf(target, "f32")
+        tg = gguf.target_gguf(target, "f32")
     except EaglewireError as e:  # e.g. a tokenizer llama.cpp's converter does not know: the rest of the demo stands
         return {"skipped": f"llama.cpp cannot take this target or drafter: {e}"}
     t = load_target(target)

@@ -211,7 +211,7 @@ def _sections(run: Path, preset: str, p: dict, log: dict) -> list[tuple[str, lis
                                                                      "tree+lookup tau", "tree+lookup vs plain"],
          _category_rows(bench), _category_lines(bench)),
         ("Doctor verdicts", ["doctor", "check", "verdict", "detail"], doctor_rows(log.get("doctor", {})), []),
-        ("Export, serve and check a deployment", ["what", "command / value"], export_rows(run, bench), []),
+        ("Export, serve and check a deployment", ["what", "command / value"], export_rows(run, log), []),
         ("How to get more", [], [], more_lines(preset, p, log)),
         ("Run", ["item", "value"], _run_rows(preset, p, log), []),
         ("Wall time per stage", ["stage", "wall time"], _stage_rows(log),
@@ -265,7 +265,8 @@ BOX = {"bad": " bad", "amber": " slow", "good": ""}  # verdict_tone -> the verdi
 def write_report(run: Path, preset: str, p: dict, log: dict) -> dict:
     train_png = _plot_training(run, run / "training.png")
     speed_png = _plot_speed(log.get("bench", {}), run / "speed.png")
-    (verdict, *more), notes = verdict_lines(log), caveats(log, run, p)
+    # how the preset was fitted to this target (demo/fit.py) comes first: every figure below was made with it
+    (verdict, *more), notes = verdict_lines(log), [*log.get("fitted", []), *caveats(log, run, p)]
     if preset == "quick":
         notes.append(f"This is the quick preset: a drafter trained for minutes on {p.get('topic_prompts', '?')} "
                      "composed prompts; see 'How to get more'.")

@@ -19,7 +19,8 @@ from eaglewire.decoding.run import bench_from_config
 from eaglewire.demo.commands import demo_steps, print_commands
 from eaglewire.demo.config import PRESETS, DemoConfig
 from eaglewire.demo.findings import demote
-from eaglewire.demo.llamacpp import NOT_BUILT, llamacpp_stage
+from eaglewire.demo.fit import fit_preset
+from eaglewire.demo.llamacpp import NOT_BUILT, llamacpp_refusal, llamacpp_stage
 from eaglewire.demo.report import write_report
 from eaglewire.doctor.dataset import doctor_dataset
 from eaglewire.doctor.drafter import doctor_drafter
@@ -77,15 +78,20 @@ def _doctor(cfg: DemoConfig, steps: list) -> dict:
     arch = t.arch
     exports = [s.config for s in steps if s.command == "export"]
     checks = [s.config for s in steps if s.command == "doctor config"]
+    refused = []
     for ex, chk in zip(exports, checks):  # what a user deploys: the exports, checked against the training config
-        run_export(dataclasses.replace(ex, force=ex.out.exists()))
+        try:
+            run_export(dataclasses.replace(ex, force=ex.out.exists()))
+        except EaglewireError as e:  # an engine that cannot take this target: said in the report, the rest goes on
+            refused.append({"format": ex.format, "engine": chk.engine, "refusal": str(e)})
+            continue
         # the training config as `doctor config EXPORT` finds it: in the export's own record
         rep = doctor_config(chk.drafter_dir, chk.engine, t.num_layers, prov.point_names, prov.chat_template_sha,
                             chat_template_hash(t.tokenizer), trained_model_config(chk.drafter_dir), arch)
         rep.data["engine"] = chk.engine  # the report names each export's engine: two `config` rows read alike
         reps.append(rep)
     # a warning the demo's user cannot act on (its preset fixed the cause) is recorded as informational
-    return {"reports": [demote(r.to_dict()) for r in reps]}
+    return {"reports": [demote(r.to_dict()) for r in reps], "refused": refused}
 
 
 def _heldout(cfg: DemoConfig, steps: list) -> dict:
@@ -106,7 +112,7 @@ def _bench(steps: list) -> dict:
 def run_demo(cfg: DemoConfig) -> dict:
     if cfg.preset not in PRESETS:
         raise EaglewireError(f"--preset {cfg.preset!r}: expected one of {', '.join(PRESETS)}")
-    p = PRESETS[cfg.preset]
+    p, fitted = fit_preset(PRESETS[cfg.preset], cfg.target)
     run = cfg.run_dir or Path("runs") / f"demo-{cfg.preset}"
     if cfg.print_commands:
         text = print_commands(demo_steps(cfg.target, p, run, cfg.seed, cfg.device))
@@ -114,8 +120,8 @@ def run_demo(cfg: DemoConfig) -> dict:
         return {"commands": text.splitlines()}
     with dir_lock(run, "demo"):  # a second demo on this directory is refused before it writes anything
         refuse_other_settings(cfg, run)
-        save_config(cfg, run / DEMO_CONFIG, {"preset_values": p})
-        return _run_stages(cfg, p, run)
+        save_config(cfg, run / DEMO_CONFIG, {"preset_values": p, "fitted_to_target": fitted})
+        return _run_stages(cfg, p, run, fitted)
 
 
 DEMO_CONFIG = "demo.config.json"
@@ -143,15 +149,16 @@ def refuse_other_settings(cfg: DemoConfig, run: Path) -> None:
                              "with the recorded values to continue it, or choose another --run-dir")
 
 
-def _run_stages(cfg: DemoConfig, p: dict, run: Path) -> dict:
-    log: dict = {}
+def _run_stages(cfg: DemoConfig, p: dict, run: Path, fitted: list[str]) -> dict:
+    log: dict = {"fitted": fitted}
     steps = demo_steps(cfg.target, p, run, cfg.seed, cfg.device)
     _stage(run, "data", lambda: _data(steps), log)
     _stage(run, "train", lambda: _train(steps), log)
     _stage(run, "doctor", lambda: _doctor(cfg, steps), log)
     _stage(run, "heldout", lambda: _heldout(cfg, steps), log)
     _stage(run, "bench", lambda: _bench(steps), log)
-    if llama_env.is_built():  # no marker while it cannot run: building llama-server later, a rerun adds the stage
+    if llama_env.is_built() or llamacpp_refusal(run):  # no marker while it cannot run: building llama-server
+        # later, a rerun adds the stage; a target llama.cpp refuses is said whether or not it is built
         _stage(run, "llamacpp", lambda: llamacpp_stage(run, cfg.target, p["bench_prompts"], p["bench_tokens"]), log)
     else:
         log["llamacpp"] = {"skipped": NOT_BUILT}

@@ -96,7 +96,7 @@ def config_report(cfg: DoctorEngineConfig) -> Report:
                              "serve it with --engine (sglang, sglang==VERSION, vllm, speculators, ...)")
     names, producer = user_training(cfg.trained_with, cfg.trained_points, names, L, src)
     return doctor_config(cfg.drafter_dir, engine, L, names, trained_sha, serving_sha, trained_model_config(src), arch,
-                         trained_with=producer)
+                         trained_with=producer, pp=cfg.pipeline_parallel_size)
 
 
 def live_check(url: str, ckpt: Path, source: str, *, prompts: Path | None, num_prompts: int, max_new_tokens: int,

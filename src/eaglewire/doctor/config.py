@@ -10,6 +10,7 @@ from eaglewire.infra.output import json_flag
 from eaglewire.saved.depth import DEPTH
 from eaglewire.targets.points import DEFAULT_ENGINE
 from eaglewire.targets.producers import PRODUCER_HELP
+from eaglewire.targets.vllm_pp import PP_HELP
 
 
 @dataclass
@@ -49,6 +50,7 @@ class DoctorEngineConfig:
     target: str = opt("", "serving target (gives L and the serving chat template)")
     target_layers: int = opt(0, "the target's decoder layer count when --target is not given",
                              aliases=("--num-layers",))
+    pipeline_parallel_size: int = opt(1, PP_HELP + " (vllm, speculators; needs the target's class)", ge=1)
     json: bool = json_flag()
 
 

@@ -15,17 +15,15 @@ model file's `set_dflash_layers_to_capture` adds +1 unconditionally.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from safetensors import safe_open
 
 from eaglewire.doctor.gguf_config import find_gguf, read_gguf_meta
+from eaglewire.doctor.records import recorded_field, trained_entry
 from eaglewire.doctor.verdict import Report
 from eaglewire.drafter.dflash import default_target_layer_ids
-from eaglewire.export.written import RECORD
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.saved.checkpoint import resolve_dir
 from eaglewire.saved.dflash import DFLASH_KEY
 from eaglewire.saved.formats import read_config_json
 from eaglewire.targets.dflash_ids import (
@@ -37,6 +35,7 @@ from eaglewire.targets.dflash_ids import (
     vllm_reads_dflash,
 )
 from eaglewire.targets.points import Engine, Point
+from eaglewire.targets.support import dflash_capture_refusal
 
 ZLAB_KEY = "dflash_config.target_layer_ids"
 EAGLE_KEY = "eagle_aux_hidden_state_layer_ids"
@@ -149,9 +148,22 @@ def doctor_dflash(d: Path, eng: Engine, L: int, trained: list[str] | None, produ
     fix = _verdict(rep, eng, L, key, ids, fed, trained, cfg)
     if eng.name in ("vllm", "speculators"):
         _check_both_keys(rep, cfg, L, where, fix)
+    _check_class(rep, eng)
     _check_mask(rep, cfg, Path(d))
     _check_fc(Path(d), cfg, ids if ids is not None else fed, rep)
     return rep
+
+
+def _check_class(rep: Report, eng: Engine) -> None:
+    """vLLM 0.32.0 and llama.cpp capture DFlash's target states as they capture EAGLE-3's: vLLM's DFlash proposer
+    sets use_aux_hidden_state_outputs, then `supports_eagle3` or "Model does not support EAGLE3 interface"
+    (v1/worker/gpu_model_runner.py); llama.cpp reads `t_layer_inp` for both ("layer input tensor is null",
+    src/llama-graph.cpp; `extract_layer_inputs`). SGLang 0.5.23's DFLASH needs the class's own
+    `set_dflash_layers_to_capture`, which several EAGLE-3 targets lack (targets/support.py SGLANG_DFLASH_ARCHS)."""
+    if refusal := dflash_capture_refusal(eng.name, eng.version, eng.arch):
+        rep.add("target class", False, refusal,
+                "serve this target with an engine that captures from its class (`eaglewire inspect --target ...` "
+                "lists each engine's answer)")
 
 
 def _read_failed(rep: Report, cfg: dict, eng: Engine, L: int, where: Path, e: EaglewireError):
@@ -233,23 +245,8 @@ def _check_both_keys(rep: Report, cfg: dict, L: int, where: Path, fix: str | Non
 def _trained_mask(d: Path) -> int | None:
     """The mask token the drafter was trained with: recorded by `eaglewire export`, or in the drafter's own
     DFlash config (the checkpoint's config.json, or that of the checkpoint the export record names)."""
-    candidates = [d / "config.json"]
-    try:
-        record = json.loads((d / RECORD).read_text())
-        if isinstance(record.get("mask_token_id"), int):
-            return record["mask_token_id"]
-        if isinstance(record.get("source"), str) and record["source"]:
-            candidates.append(resolve_dir(Path(record["source"])) / "config.json")
-    except (EaglewireError, ValueError, OSError, AttributeError, RecursionError):
-        pass  # no record, or its checkpoint has moved: the mask row is then skipped
-    for p in candidates:
-        try:
-            raw = json.loads(p.read_text())
-        except (OSError, ValueError, RecursionError):
-            continue
-        if isinstance(raw, dict) and isinstance(raw.get(DFLASH_KEY), dict):
-            return raw[DFLASH_KEY].get("mask_token_id")
-    return None
+    mask = recorded_field(d, "mask_token_id")
+    return mask if mask is not None else (trained_entry(d, DFLASH_KEY) or {}).get("mask_token_id")
 
 
 def _check_mask(rep: Report, cfg: dict, d: Path) -> None:
@@ -307,4 +304,5 @@ def _gguf_report(path: Path, meta: dict, shapes: dict, eng: Engine, L: int, trai
         rep.add("ids present", False, f"{path.name} has no {GGUF_KEY}", _fix([Point.parse(n) for n in trained],
                                                                            eng, L, {}))
     _verdict(rep, eng, L, GGUF_KEY, ids, fed if ids is not None else None, trained, {})
+    _check_class(rep, eng)
     return rep

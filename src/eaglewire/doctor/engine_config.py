@@ -15,6 +15,7 @@ from safetensors import safe_open
 
 from eaglewire.doctor.dflash_config import doctor_dflash
 from eaglewire.doctor.gguf_config import doctor_config_gguf
+from eaglewire.doctor.peagle_config import SPEC_TYPE, check_peagle
 from eaglewire.doctor.verdict import Report
 from eaglewire.export.gguf import arch_refusal
 from eaglewire.infra.errors import EaglewireError, did_you_mean
@@ -30,8 +31,9 @@ from eaglewire.targets.points import (
 )
 from eaglewire.targets.points import id_meanings as points_id_meanings
 from eaglewire.targets.producers import READINGS, Producer, readings, trained_points
-from eaglewire.targets.registry import DOCTOR_ENGINES
+from eaglewire.targets.registry import DOCTOR_ENGINES, engine_spec
 from eaglewire.targets.support import capture_refusal
+from eaglewire.targets.vllm_pp import Stages, describe, pp_option, v2_refusal
 
 ENGINES = DOCTOR_ENGINES  # the engines whose draft configs `doctor config` reads
 
@@ -52,7 +54,8 @@ def _ids(cfg: dict, engine: Engine) -> tuple[list[int] | None, str]:
 def _is_eagle3(cfg: dict, engine: str) -> tuple[bool, str]:
     arch = " ".join(cfg.get("architectures") or [])
     if cfg.get("speculators_model_type"):
-        return cfg["speculators_model_type"] == "eagle3", f"speculators_model_type={cfg['speculators_model_type']!r}"
+        # a "peagle" drafter is an EAGLE-3 one that vLLM drafts in parallel (doctor/peagle_config.py)
+        return cfg["speculators_model_type"] in ("eagle3", SPEC_TYPE), f"speculators_model_type={cfg['speculators_model_type']!r}"
     if "Eagle3" in arch:
         use_aux = (cfg.get("eagle_config") or {}).get("use_aux_hidden_state", True)
         return bool(use_aux), f"architectures={arch!r}, use_aux_hidden_state={use_aux}"
@@ -65,37 +68,41 @@ def _check_id_list(ids, key: str, path: Path) -> list[int]:
     return ids
 
 
-def id_meanings(ids: list[int], engine: Engine, L: int) -> list[str | None]:
+def id_meanings(ids: list[int], engine: Engine, L: int, pp: Stages | None = None) -> list[str | None]:
     """What each id captures in ``engine`` (a physical point name), or None where it captures nothing.
 
     The list is read whole: SGLang >= 0.5.13 decides the +1 for DeepSeek-family targets by the first id.
     """
-    return [p.name if p else None for p in points_id_meanings(ids, engine, L)]
+    return [p.name if p else None for p in points_id_meanings(ids, engine, L, pp=pp)]
 
 
-def engine_points(cfg: dict, engine: Engine, L: int, path: Path = Path("config.json")
+def engine_points(cfg: dict, engine: Engine, L: int, path: Path = Path("config.json"), pp: Stages | None = None
                   ) -> tuple[list[Point], str, list[int] | None, list[str | None]]:
-    """(points fed, in slot order; how the engine read them; the ids; per-id meaning, None = nothing)."""
+    """(points fed, in slot order; how the engine read them; the ids; per-id meaning, None = nothing).
+    `pp`: vLLM's pipeline stages, over which some model files feed other points (its default ids too)."""
     ids, key = _ids(cfg, engine)
     if ids is None:
-        return (default_points(engine, L), f"{key} absent: {engine.label()} falls back to its default capture",
-                None, [])
+        absent = f"{key} absent: {engine.label()} falls back to its default capture"
+        if pp is None:
+            return default_points(engine, L), absent, None, []
+        return [q for q in fed_points([2, L // 2, L - 3], engine, L, pp=pp) if q], f"{absent} [2, {L // 2}, {L - 3}]", None, []
     ids = _check_id_list(ids, key, path)
-    meaning = id_meanings(ids, engine, L)
-    fed = [q for q in fed_points(ids, engine, L) if q is not None]
+    meaning = id_meanings(ids, engine, L, pp)
+    fed = [q for q in fed_points(ids, engine, L, pp=pp) if q is not None]
     return fed, f"{key} = {ids}", ids, meaning
 
 
-def _fix_for(trained: list[Point], engine: Engine, L: int) -> str:
-    ids = ids_for_points(trained, engine, L)
+def _fix_for(trained: list[Point], engine: Engine, L: int, pp: Stages | None = None) -> str:
+    ids = ids_for_points(trained, engine, L, pp=pp)
     key = _ids({}, engine)[1]
     if any(i is None for i in ids):
-        return (f"{engine.label()} cannot capture {[p.name for p, i in zip(trained, ids) if i is None]} with any id "
-                "list: retrain on capturable points")
+        over = f" over {pp.label()}" if pp else ""
+        return (f"{engine.label()}{over} cannot capture {[p.name for p, i in zip(trained, ids) if i is None]} with any "
+                "id list: retrain on capturable points" + (", or serve on fewer stages" if pp else ""))
     if trained != sorted(set(trained)):
         return f"{engine.label()} feeds slots in ascending layer order: retrain with the points in ascending order"
     where = "inside eagle_config" if engine.name == "sglang" else "at the top level of config.json"
-    return f'set "{key.split(".")[-1]}": {ids} {where} (ids for {engine.label()})'
+    return f'set "{key.split(".")[-1]}": {ids} {where} (ids for {engine.label()}{" over " + pp.label() if pp else ""})'
 
 
 def _shape(shapes: dict, suffix: str) -> list[int] | None:
@@ -177,7 +184,7 @@ def _check_weights(d: Path, cfg: dict, rep: Report) -> None:
 _LAYER = ("input_layernorm", "hidden_norm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
           "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "post_attention_layernorm")
 _KNOWN = re.compile(r"^(embed_tokens|lm_head|fc|norm|fc_norm(\.\d+)?|input_norm|(midlayer|layers\.\d+)\.(" +
-                    "|".join(re.escape(n) for n in _LAYER) + r"))\.weight$|^(d2t|t2d)$")
+                    "|".join(re.escape(n) for n in _LAYER) + r"))\.weight$|^(d2t|t2d|mask_hidden)$")
 
 
 def _check_names(keys: set[str], rep: Report) -> None:
@@ -258,10 +265,15 @@ def check_numerics(cfg: dict, trained_cfg: dict | None, rep: Report) -> None:
                 f'set "max_position_embeddings": {trained_len}', level="warning")
 
 
-def _check_points(rep: Report, cfg: dict, p: Path, engine: Engine, L: int, trained: list[str] | None) -> None:
+def _check_points(rep: Report, cfg: dict, p: Path, engine: Engine, L: int, trained: list[str] | None,
+                  pp: Stages | None = None) -> None:
     """The ids rows: capturable, key location, present, and fed == trained."""
-    fed, how, ids, meaning = engine_points(cfg, engine, L, p)
-    fix = _fix_for([Point.parse(n) for n in trained], engine, L) if trained else None
+    fed, how, ids, meaning = engine_points(cfg, engine, L, p, pp)
+    fix = _fix_for([Point.parse(n) for n in trained], engine, L, pp) if trained else None
+    if pp is not None:
+        refused = v2_refusal(engine.arch, pp)
+        rep.add("pipeline parallel", not refused, describe(engine.arch, pp), "serve on one stage (more GPUs per "
+                "stage), or VLLM_USE_V2_MODEL_RUNNER=0 with ids for the last stage" if refused else "", level="warning")
     rep.data.update(engine=engine.label(), engine_reads=how, fed=[q.name for q in fed], trained=trained,
                     id_meanings=dict(zip(map(str, ids or []), meaning)), assumed=engine.assumptions())
     if engine.assumptions():
@@ -350,9 +362,10 @@ def _who(producers: list[Producer]) -> list[str]:
     return [p.label() for p in producers]
 
 
-def _ask_rows(rep: Report, cfg: dict, eng: Engine, L: int, groups, versionless: Producer | None) -> None:
+def _ask_rows(rep: Report, cfg: dict, eng: Engine, L: int, groups, versionless: Producer | None,
+              pp: Stages | None = None) -> None:
     """One ASK row per reading of the ids: the points it means, and what the engine feeds against them."""
-    fed = [q.name for q in engine_points(cfg, eng, L)[0]]
+    fed = [q.name for q in engine_points(cfg, eng, L, pp=pp)[0]]
     for names, producers in groups:
         who = ", ".join(_who(producers))
         if names is None:
@@ -360,7 +373,7 @@ def _ask_rows(rep: Report, cfg: dict, eng: Engine, L: int, groups, versionless: 
             continue
         same = names == fed
         rep.add("if trained by", False, f"{who}: trained on {names}; {eng.label()} feeds " + (
-            "the same" if same else f"{fed}: {_fix_for([Point.parse(n) for n in names], eng, L)}"),
+            "the same" if same else f"{fed}: {_fix_for([Point.parse(n) for n in names], eng, L, pp)}"),
                 level="question")
     rep.data["readings"] = [{"producers": _who(ps), "trained": names} for names, ps in groups]
     example = versionless.versions()[0] if versionless else Producer("specforge", "0.2.0")
@@ -370,7 +383,8 @@ def _ask_rows(rep: Report, cfg: dict, eng: Engine, L: int, groups, versionless: 
                     "; the ids mean other layers to each")
 
 
-def _resolve_training(rep: Report, cfg: dict, eng: Engine, L: int, producer: Producer | None) -> list[str] | None:
+def _resolve_training(rep: Report, cfg: dict, eng: Engine, L: int, producer: Producer | None,
+                      pp: Stages | None = None) -> list[str] | None:
     """The points training captured, read from config.json in the producer's convention at its version.
 
     Nothing known: every known producer's reading; when they differ, ASK rows instead of a verdict.
@@ -389,13 +403,13 @@ def _resolve_training(rep: Report, cfg: dict, eng: Engine, L: int, producer: Pro
         who = ", ".join(_who(groups[0][1]))
         rep.add("training", True, f"every reading agrees ({who}): trained on {groups[0][0]}")
         return groups[0][0]
-    _ask_rows(rep, cfg, eng, L, groups, producer)
+    _ask_rows(rep, cfg, eng, L, groups, producer, pp)
     return None
 
 
 def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[str] | None, trained_sha: str | None,
                   serving_sha: str | None, trained_cfg: dict | None = None, arch: str | None = None,
-                  trained_with: Producer | None = None) -> Report:
+                  trained_with: Producer | None = None, pp: int = 1) -> Report:
     """`trained` (recorded or given points) wins; else `trained_with` reads config.json in that producer's
     convention; else every known reading, and ASK rows where they differ."""
     eng = Engine.parse(engine, arch)
@@ -404,6 +418,8 @@ def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[st
                              + did_you_mean(eng.name, ENGINES))
     if L is None:
         raise EaglewireError("the target's number of layers is unknown: pass --target or --target-layers")
+    if (stages := pp_option(L, pp, engine_spec(eng.name).runtime or eng.name)) is not None:
+        describe(eng.arch, stages)  # a class whose loop over stages is not encoded: refused before anything is read
     if (dflash := doctor_dflash(Path(d), eng, L, trained, trained_with)) is not None:  # other keys, other meanings
         return dflash
     if eng.name == "llama.cpp":  # a GGUF: its metadata, not a config.json, holds the ids
@@ -425,11 +441,12 @@ def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[st
     rep.add("eagle3 head", e3, why, 'serve as EAGLE-3 (architectures ["LlamaForCausalLMEagle3"] / --speculative-algorithm EAGLE3); '
             "as EAGLE-1 the fc over the 3 target features is skipped and tau falls to ~1")
     if trained is None:
-        trained = _resolve_training(rep, cfg, eng, L, trained_with)
-    _check_points(rep, cfg, p, eng, L, trained)
+        trained = _resolve_training(rep, cfg, eng, L, trained_with, stages)
+    _check_points(rep, cfg, p, eng, L, trained, stages)
     _check_other_versions(rep, cfg, p, eng, L, trained)
     _check_weights(Path(d), cfg, rep)
     check_numerics(cfg, trained_cfg, rep)
+    check_peagle(rep, cfg, Path(d), eng, trained_cfg)  # mask token, mask_hidden, parallel drafting
     if trained_sha and serving_sha:
         rep.add("chat template", trained_sha == serving_sha,
                 f"training data used template {trained_sha}, serving uses {serving_sha}",

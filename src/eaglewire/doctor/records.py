@@ -69,7 +69,13 @@ def trained_model_config(src: Path) -> dict | None:
     An export records it itself (older exports only name their source checkpoint, which may
     have moved): without it the rope/eps/norm rows cannot be checked at all.
     """
-    candidates = [src / "eaglewire.export.json", src / "config.json"]
+    return trained_entry(src, DRAFTER_KEY)
+
+
+def trained_entry(src: Path, key: str) -> dict | None:
+    """The checkpoint config entry `key` (the drafter's, DFlash's, P-EAGLE's) as trained: from the export record,
+    the directory's own config.json, or the config.json of the checkpoint the record names (None: none has it)."""
+    candidates = [src / RECORD, src / "config.json"]
     try:
         source = json.loads(candidates[0].read_text()).get("source")
         if isinstance(source, str) and source:
@@ -81,9 +87,20 @@ def trained_model_config(src: Path) -> dict | None:
             raw = json.loads(p.read_text())
         except (OSError, ValueError, RecursionError):
             continue
-        if isinstance(raw, dict) and isinstance(raw.get(DRAFTER_KEY), dict):
-            return raw[DRAFTER_KEY]
+        if isinstance(raw, dict) and isinstance(raw.get(key), dict):
+            return raw[key]
     return None
+
+
+def recorded_field(d: Path, name: str) -> int | None:
+    """An integer field of the record `eaglewire export` wrote in `d` (a DFlash or P-EAGLE export's mask token id,
+    a P-EAGLE export's trained depths); None where no record says."""
+    try:
+        record = json.loads((Path(d) / RECORD).read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    v = record.get(name) if isinstance(record, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _serve_record(ckpt: Path) -> tuple[Path, dict] | None:

@@ -66,7 +66,7 @@ def _copy_mlp(dst, src) -> None:
 _LLAMA_PARTS = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
 
 
-def _not_llama_shaped(layer) -> str | None:
+def not_llama_shaped(layer) -> str | None:
     """Why a target decoder layer has no Llama counterpart to copy (MLA attention, a mixture of experts, a
     linear-attention layer), or None when it has one."""
     for part, names in _LLAMA_PARTS.items():
@@ -95,7 +95,7 @@ def init_from_target_layer(model: Eagle3Drafter, target_model, points: list[str]
     if src_idx >= len(layers):
         raise ValueError(f"no target layer after the deepest captured point of {points}")
     src, dst = layers[src_idx], model.decoder_layers[0]
-    if why := _not_llama_shaped(src):
+    if why := not_llama_shaped(src):
         raise ValueError(f"target layer {src_idx} {why}, which the drafter's Llama layer cannot start from; "
                          "use --init head")
     h = model.config.hidden_size

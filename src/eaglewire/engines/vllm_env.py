@@ -17,6 +17,7 @@ every start would cost more than the start). A damaged venv is rebuilt.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -169,6 +170,11 @@ NEEDS_TORCHVISION = frozenset({"Qwen3VLForConditionalGeneration", "Qwen3_5ForCon
 # classes whose image processor vLLM 0.32.0 loads at startup, even for text-only requests
 # (vllm/model_executor/models/kimi_k25.py: `cached_get_image_processor`)
 NEEDS_IMAGE_PROCESSOR = frozenset({"KimiK25ForConditionalGeneration"})
+# classes whose MoE vLLM 0.32.0 routes by config.scoring_func with no grouped top-k, which its CPU router runs for
+# softmax only (vllm/model_executor/layers/fused_moe/router/cpu_router.py:239 `assert self.scoring_func ==
+# "softmax"`; models/minimax_m2.py:99): MiniMax-M2 as published scores by sigmoid, and the server starts, then dies
+# on the first request. tests/engines/test_vllm_capture.py runs it.
+CPU_SOFTMAX_ROUTER = frozenset({"MiniMaxM2ForCausalLM"})
 
 
 def has_module(python: Path, name: str) -> bool:
@@ -189,4 +195,17 @@ def startup_refusal(python: Path, target_dir: Path, arch: str) -> str | None:
     if arch in NEEDS_TORCHVISION and not has_module(python, "torchvision"):
         return (f"vLLM at {python} cannot run {arch}: its model file imports torchvision, which that venv lacks "
                 "(vLLM's CPU build ships none); capture in process, or use a vLLM with torchvision")
+    scoring = _config_field(target_dir, "scoring_func") if arch in CPU_SOFTMAX_ROUTER else "softmax"
+    if scoring != "softmax" and is_cpu_build(python) and vllm_version(python) == VLLM_VERSION:
+        return (f"{target_dir}: vLLM {VLLM_VERSION}'s CPU build routes the MoE of {arch} by softmax only ('assert "
+                f"self.scoring_func == \"softmax\"' on the first request), and its config says scoring_func "
+                f"{scoring!r}; capture in process, or use vLLM on a GPU")
     return None
+
+
+def _config_field(target_dir: Path, name: str):
+    """A top-level field of the target's config.json (None when absent or unreadable: the engine then decides)."""
+    try:
+        return json.loads((Path(target_dir) / "config.json").read_text()).get(name)
+    except (OSError, ValueError):
+        return None

@@ -28,6 +28,7 @@ from eaglewire.engines.http import ChatClient, RequestFailed, bounded, read_unti
 from eaglewire.infra.children import child_env, kill_group, start_child
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.saved.depth import DEPTH
+from eaglewire.targets import tokenizers
 from eaglewire.targets.codecheck import refuse_foreign_code
 
 SPEC_METHODS = ("eagle3", "dflash")  # vLLM 0.32 `--speculative-config` methods eaglewire exports for
@@ -76,7 +77,20 @@ def engine_command(python: Path | str, spec: ServeSpec) -> list[str]:
     sc = speculative_config(spec)
     if sc is not None:
         cmd += ["--speculative-config", json.dumps(sc)]
-    return cmd + list(spec.extra)
+    return cmd + tokenizer_args(spec) + list(spec.extra)
+
+
+def tokenizer_args(spec: ServeSpec) -> list[str]:
+    """`--tokenizer DIR` when the target's tokenizer ships only as its own code of a family eaglewire reads
+    (Kimi's tiktoken.model + tokenization_kimi.py): vLLM 0.32 loads the tokenizer with transformers'
+    AutoTokenizer from `--tokenizer` (default: the model directory; vllm/tokenizers/registry.py get_tokenizer,
+    tokenizers/hf.py), which without trust_remote_code refuses that auto_map, so it reads eaglewire's converted
+    copy (a plain tokenizer.json: targets/tokenizers.py). A `--tokenizer` the caller passed wins."""
+    if any(a.split("=")[0] == "--tokenizer" for a in spec.extra) or tokenizers.family_of(spec.target_dir) is None:
+        return []
+    from eaglewire.targets.load import cache_dir  # lazy: load imports torch; few targets need it
+
+    return ["--tokenizer", str(tokenizers.converted_dir(spec.target_dir, cache_dir()))]
 
 
 def serve_command(spec: ServeSpec) -> list[str]:
@@ -155,7 +169,7 @@ class VllmServer:
                         return
             except (urllib.error.URLError, OSError):
                 pass
-            time.sleep(2)
+            time.sleep(0.5)  # a refused connection costs nothing; every start waits half a poll on average
         self.stop()
         raise EaglewireError(f"{self.name} not healthy after {timeout:.0f} s (log {self.log}: {self.log_tail()})")
 

@@ -21,8 +21,9 @@ class ExportConfig:
                               "from 0.5.13 on DeepSeek-family targets); default: the newest verified")
     verifier: str = opt("", "speculators and gguf: the verifier's (target's) HF id or model directory (speculators "
                         "loads it; llama.cpp's converter reads its tokenizer); default: the target the checkpoint records (its hub id, or the local directory it was loaded from)")
-    depth: int = opt(DEPTH, "speculators: draft tokens per round recorded in speculators_config (its "
-                     "speculative_tokens)", ge=1, aliases=("--speculative-tokens",))
+    depth: int = opt(0, "speculators: draft tokens per round recorded in speculators_config (its "
+                     f"speculative_tokens); 0: the drafter's own (a P-EAGLE drafter's trained depths, else {DEPTH})",
+                     ge=0, aliases=("--speculative-tokens",))
     gguf_type: str = opt("f16", "gguf: the drafter's tensor type (f32, f16, bf16, q8_0)")
     target_gguf: str = opt("", "gguf: also convert the target to GGUF of this type (f32, f16, bf16, q8_0), "
                            "cached; for when you have no GGUF of it")

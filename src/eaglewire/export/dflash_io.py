@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 from eaglewire.drafter.dflash import DFlashDrafter
 from eaglewire.export import gguf
 from eaglewire.export.config import ExportConfig, ImportConfig
+from eaglewire.export.import_target import import_target
 from eaglewire.export.written import RECORD, default_verifier, verifier_record, write_dir
 from eaglewire.infra.atomic import atomic_dir, check_replace
 from eaglewire.infra.errors import EaglewireError
@@ -34,8 +35,8 @@ from eaglewire.saved.provenance import FILE as PROVENANCE
 from eaglewire.saved.provenance import Provenance
 from eaglewire.saved.weights import check_exported, read_weights
 from eaglewire.targets.dflash_ids import CONVENTIONS, dflash_ids_for_points
-from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
-from eaglewire.targets.load import load_target
+from eaglewire.targets.fingerprint import TargetRecord
+from eaglewire.targets.support import dflash_capture_refusal
 
 
 def run_export_dflash(cfg: ExportConfig) -> dict:
@@ -45,6 +46,8 @@ def run_export_dflash(cfg: ExportConfig) -> dict:
     model, prov = load_dflash_checkpoint(cfg.ckpt)
     L, points = prov.num_layers, list(prov.points or [])
     dff.check_exportable(fmt, points, L, str(cfg.ckpt))
+    if refusal := dflash_capture_refusal(dff.ENGINE[fmt], None, prov.fingerprint.arch):  # as the EAGLE-3 export
+        raise EaglewireError(f"{cfg.ckpt}: cannot export to {fmt}: {refusal}")
     verifier = None
     if fmt == "speculators":
         verifier = verifier_record(cfg.verifier) if cfg.verifier else default_verifier(cfg.ckpt, prov.target.source)
@@ -95,27 +98,16 @@ def _write_gguf(cfg: ExportConfig, config: dict, tensors: dict, outtype: str, pr
 
 
 def _target(cfg: ImportConfig, dcfg, where: str) -> tuple[int, TargetRecord, str | None]:
-    """(layer count, target record, chat template hash): --target as the EAGLE-3 import takes it, else
-    --target-layers (and --arch) alone; the drafter must fit the target's embedding and head."""
-    if not cfg.target:
-        if cfg.target_layers <= 0:
-            raise EaglewireError("DFlash ids cannot be resolved to physical points without the target's layer count: "
-                                 "pass --target or --target-layers")
-        fp = TargetFingerprint.unknown_target(cfg.target_layers, model_type=cfg.arch or None)
-        return cfg.target_layers, TargetRecord(source=None, fingerprint=fp), None
-    if cfg.arch:
-        raise EaglewireError(f"--arch {cfg.arch!r} with --target {cfg.target!r}: the target says its own class; "
-                             "--arch is for --target-layers alone")
-    t = load_target(cfg.target, device="cpu")
-    if cfg.target_layers and cfg.target_layers != t.num_layers:
-        raise EaglewireError(f"--target-layers {cfg.target_layers} but target {cfg.target!r} has {t.num_layers} layers")
-    rows, width = t.model.get_input_embeddings().weight.shape
-    if (dcfg.hidden_size, dcfg.vocab_size) != (width, rows):
-        raise EaglewireError(f"{where}: hidden_size {dcfg.hidden_size} / vocab_size {dcfg.vocab_size}, but target "
-                             f"{cfg.target!r} embeds {rows} tokens in {width} (a DFlash drafter uses the target's "
-                             "embedding and head)")
-    return t.num_layers, TargetRecord(source=cfg.target, fingerprint=TargetFingerprint.of(t)), chat_template_hash(
-        t.tokenizer)
+    """(layer count, target record, chat template hash) as the EAGLE-3 import takes them (import_target.py);
+    the drafter must fit the target's embedding and head."""
+    L, record, chat_sha, t = import_target(cfg, "DFlash ids")
+    if t is not None:
+        rows, width = t.model.get_input_embeddings().weight.shape
+        if (dcfg.hidden_size, dcfg.vocab_size) != (width, rows):
+            raise EaglewireError(f"{where}: hidden_size {dcfg.hidden_size} / vocab_size {dcfg.vocab_size}, but "
+                                 f"target {cfg.target!r} embeds {rows} tokens in {width} (a DFlash drafter uses the "
+                                 "target's embedding and head)")
+    return L, record, chat_sha
 
 
 def run_import_dflash(cfg: ImportConfig, src: Path, cpath: Path, raw: dict) -> dict:

@@ -22,6 +22,7 @@ from eaglewire.export.written import RECORD, default_verifier, verifier_record, 
 from eaglewire.infra.atomic import atomic_dir, check_replace
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.saved.checkpoint import load_checkpoint, resolve_dir
+from eaglewire.saved.depth import DEPTH, resolved_depth
 from eaglewire.saved.dflash import is_dflash_checkpoint
 from eaglewire.saved.formats import (
     DRAFTER_KEY,
@@ -83,10 +84,11 @@ def run_export(cfg: ExportConfig) -> dict:
                         "serve it with vLLM 0.32.0 or newer")
     if prov.fingerprint.unknown:
         warnings.append("the checkpoint's target is unknown (imported without --target): check the serving target yourself")
-    config = build_config(fmt, model.config, ids, verifier, cfg.depth)
+    k = resolved_depth(cfg.depth, peagle["depths"] if peagle is not None else DEPTH)
+    config = build_config(fmt, model.config, ids, verifier, k)
     tensors = to_format_state(fmt, model.config, model.state_dict())
     if peagle is not None:
-        config, tensors, k = peagle_outputs(fmt, model, config, tensors, cfg.depth, peagle["depths"])
+        config, tensors = peagle_outputs(fmt, model, config, tensors, k)
     check_exported(tensors, "f32", str(cfg.ckpt))  # written as float32: finite is what can be checked
     record = {"source": str(cfg.ckpt), "format": fmt, "points": [p.name for p in points], "target_num_layers": L,
               "ids": ids, "engine": eng.label(),

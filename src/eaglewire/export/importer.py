@@ -25,6 +25,7 @@ from eaglewire.drafter.config import BOUNDS, MAX_DRAFTER_LAYERS, bounded_count
 from eaglewire.drafter.vocabmap import duplicate_target
 from eaglewire.export.config import ImportConfig
 from eaglewire.export.dflash_io import run_import_dflash
+from eaglewire.export.import_target import import_target
 from eaglewire.export.written import RECORD
 from eaglewire.infra.atomic import check_replace
 from eaglewire.infra.errors import EaglewireError
@@ -42,8 +43,7 @@ from eaglewire.saved.formats import (
 from eaglewire.saved.provenance import FILE as PROVENANCE
 from eaglewire.saved.provenance import Provenance
 from eaglewire.saved.weights import read_weights
-from eaglewire.targets.fingerprint import TargetFingerprint, TargetRecord, chat_template_hash
-from eaglewire.targets.load import load_target
+from eaglewire.targets.fingerprint import TargetRecord
 from eaglewire.targets.points import (
     Engine,
     eagle3_default,
@@ -313,22 +313,12 @@ def _offsets_of(d2t: torch.Tensor, V: int, notes: Notes, where) -> torch.Tensor:
 def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
                   ) -> tuple[int, TargetRecord, str | None]:
     """(layer count, the target record, its chat template hash); copies the embedding if missing."""
-    if not cfg.target:
-        if cfg.target_layers <= 0:
-            raise EaglewireError("ids cannot be resolved to physical points without the target's layer count: "
-                                 "pass --target or --target-layers")
+    L, record, chat_sha, t = import_target(cfg)
+    if t is None:
         if "embed_tokens.weight" not in sd:
             raise EaglewireError("weights: no embed_tokens.weight (the official layout reads it from the target): "
                                  "pass --target to copy it")
-        fp = TargetFingerprint.unknown_target(cfg.target_layers, model_type=cfg.arch or None)
-        return cfg.target_layers, TargetRecord(source=None, fingerprint=fp), None
-
-    if cfg.arch:
-        raise EaglewireError(f"--arch {cfg.arch!r} with --target {cfg.target!r}: the target says its own class; "
-                             "--arch is for --target-layers alone")
-    t = load_target(cfg.target, device="cpu")
-    if cfg.target_layers and cfg.target_layers != t.num_layers:
-        raise EaglewireError(f"--target-layers {cfg.target_layers} but target {cfg.target!r} has {t.num_layers} layers")
+        return L, record, chat_sha
     emb = t.model.get_input_embeddings().weight.detach().float().cpu()
     want = (dcfg.vocab_size, dcfg.hidden_size)
     if tuple(emb.shape) != want:
@@ -339,7 +329,7 @@ def _target_facts(cfg: ImportConfig, sd: dict, dcfg: DrafterConfig, notes: Notes
     elif not torch.equal(sd["embed_tokens.weight"].float(), emb):
         notes.warnings.append(f"the checkpoint's embedding differs from target {cfg.target!r}'s: "
                               "it was likely trained for another target (or another dtype)")
-    return t.num_layers, TargetRecord(source=cfg.target, fingerprint=TargetFingerprint.of(t)), chat_template_hash(t.tokenizer)
+    return L, record, chat_sha
 
 
 def run_import(cfg: ImportConfig) -> dict:

@@ -20,7 +20,6 @@ from eaglewire.drafter.peagle import PEagleDrafter
 from eaglewire.infra.atomic import read_json
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.saved.checkpoint import resolve_dir
-from eaglewire.saved.depth import DEPTH
 from eaglewire.saved.peagle import (
     MASK_HIDDEN,
     read_peagle,
@@ -57,15 +56,11 @@ def refuse_format(ckpt, fmt: str) -> None:
                              f"{why})")
 
 
-def peagle_outputs(fmt: str, model: PEagleDrafter, config: dict, tensors: dict, depth: int,
-                   depths: int) -> tuple[dict, dict, int]:
-    """(config, tensors, K) of the export: the EAGLE-3 ones plus the P-EAGLE keys and ``mask_hidden``.
-
-    K, the drafts per round recorded by the speculators layout, is ``--depth`` when given, else the depths the
-    checkpoint was trained for."""
+def peagle_outputs(fmt: str, model: PEagleDrafter, config: dict, tensors: dict, k: int) -> tuple[dict, dict]:
+    """(config, tensors) of the export: the EAGLE-3 ones plus the P-EAGLE keys and ``mask_hidden``; ``k`` is the
+    drafts per round the speculators layout records (`--depth`, resolved by saved/depth.py's `resolved_depth`)."""
     if MASK_HIDDEN not in tensors:
         raise EaglewireError(f"P-EAGLE export: the state dict has no {MASK_HIDDEN} (not a P-EAGLE drafter)")
-    k = depth if depth != DEPTH else depths
     if fmt == "vllm":
-        return vllm_peagle_config(config, model.mask_token_id), tensors, k  # full-vocab d2t dropped by formats
-    return speculators_peagle_config(config, model.mask_token_id, k), tensors, k
+        return vllm_peagle_config(config, model.mask_token_id), tensors  # full-vocab d2t dropped by formats
+    return speculators_peagle_config(config, model.mask_token_id, k), tensors

@@ -55,7 +55,7 @@ RENAMED: dict[str, Renamed] = {
     "--from": Renamed("--layers-from", "from_engine"),
     "--speculative-tokens": Renamed("--depth", "speculative_tokens"),
     "--engine": Renamed("--layers-from", "engine", "the engine that serves or captures",
-                        ("doctor config", "serve", "data extract", "data build")),
+                        ("doctor config", "serve", "data extract", "data build", "train")),
 }
 
 

@@ -322,13 +322,27 @@ def _sized_device(cfg: PlanConfig) -> tuple[PlanConfig, str | None, hardware.Dev
     return cfg, note, dev, assumed
 
 
-def plan(cfg: PlanConfig) -> dict:
-    cfg, auto_note, gpu, assumed = _sized_device(cfg)
-    cfg, memory_source, memory_note = _sized_memory(cfg, gpu, assumed)
+def _target_weights(cfg: PlanConfig) -> tuple[dict, str, dict, dict, dict]:
+    """(config, where it was read, shape, quantization scheme, weight bytes) of the target sized."""
     raw, src = _target_raw(cfg)
     s = target_shape(raw, src)
     sch = scheme(quantization_config(raw))
-    wb = weight_bytes(s, sch)
+    return raw, src, s, sch, weight_bytes(s, sch)
+
+
+def serving_setup(cfg: PlanConfig) -> dict:
+    """`engine_setup` of the target on --device as `plan` sizes it, without the rest of the plan: what
+    `serve --print-command` takes its tensor-parallel size from, so the two commands cannot disagree."""
+    cfg, _, gpu, assumed = _sized_device(cfg)
+    cfg, _, _ = _sized_memory(cfg, gpu, assumed)
+    _, _, s, _, wb = _target_weights(cfg)
+    return engine_setup(cfg, {**s, "weight_bytes": wb["total_bytes"]}, cfg.seq_len)
+
+
+def plan(cfg: PlanConfig) -> dict:
+    cfg, auto_note, gpu, assumed = _sized_device(cfg)
+    cfg, memory_source, memory_note = _sized_memory(cfg, gpu, assumed)
+    raw, src, s, sch, wb = _target_weights(cfg)
     names = _points(cfg, s["num_layers"])
     ne, k = s["num_experts"], s["experts_per_token"]
     s.update(num_points=len(names), points=names, weight_bytes=wb["total_bytes"], weight_groups=wb["groups"],

@@ -15,3 +15,12 @@ DEPTH = 3
 # tie under the gate it serves with (`--spec-draft-p-min` 0.5: 0.97x each) and depth 2 loses least ungated
 # (0.93x against 0.82x), where a third draft is rarely accepted and each one is a serial drafter step.
 LLAMA_CPP_DEPTH = 2
+
+
+def resolved_depth(depth: int, own: int) -> int:
+    """`--depth` as given, or the drafter's `own` depth when left at 0 (the default of `export` and `serve`).
+
+    Why 0 and not DEPTH as the default: a P-EAGLE drafter trained for 4 parallel depths (or a DFlash block of
+    5) must keep them unless told otherwise, and a --depth 3 given on purpose must not be read as "not given".
+    `own` is the depths a P-EAGLE drafter was trained for, a DFlash block's slots, else DEPTH."""
+    return depth or own

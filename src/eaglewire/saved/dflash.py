@@ -111,10 +111,8 @@ def _check_ids(cfg: DFlashConfig, raw: dict, prov: Provenance, where: Path) -> N
                              "z-lab id k = layers.k.out")
 
 
-def load_dflash_checkpoint(d: Path, device: torch.device | str = "cpu",
-                           dtype: torch.dtype = torch.float32) -> tuple[DFlashDrafter, Provenance]:
-    """(DFlashDrafter, provenance). Strict: tensor names and shapes must be exactly the config's."""
-    d = resolve_dir(Path(d))
+def _read_config(d: Path) -> tuple[DFlashConfig, dict]:
+    """(the checkpoint's DFlashConfig, its whole config.json) of a resolved directory, without its weights."""
     if not d.exists():
         raise EaglewireError(f"{d}: does not exist (expected a DFlash drafter checkpoint or training run "
                              f"directory){close_path_hint(d)}")
@@ -123,7 +121,20 @@ def load_dflash_checkpoint(d: Path, device: torch.device | str = "cpu",
     if not isinstance(raw, dict) or DFLASH_KEY not in raw:
         raise EaglewireError(f"{cfg_path}: no {DFLASH_KEY} (not a DFlash checkpoint written by eaglewire; "
                              "convert it with `eaglewire import`)")
-    cfg = config_from_dict(raw[DFLASH_KEY], str(cfg_path))
+    return config_from_dict(raw[DFLASH_KEY], str(cfg_path)), raw
+
+
+def read_dflash_config(d: Path) -> DFlashConfig:
+    """A DFlash checkpoint's (or training run's) config alone: what reads one field needs no weights loaded."""
+    return _read_config(resolve_dir(Path(d)))[0]
+
+
+def load_dflash_checkpoint(d: Path, device: torch.device | str = "cpu",
+                           dtype: torch.dtype = torch.float32) -> tuple[DFlashDrafter, Provenance]:
+    """(DFlashDrafter, provenance). Strict: tensor names and shapes must be exactly the config's."""
+    d = resolve_dir(Path(d))
+    cfg, raw = _read_config(d)
+    cfg_path = d / "config.json"
     prov = Provenance.load(d)
     _check_ids(cfg, raw, prov, cfg_path)
     sd = load_state(d / WEIGHTS)

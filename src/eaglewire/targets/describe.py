@@ -21,7 +21,7 @@ from eaglewire.targets.capture import capture
 from eaglewire.targets.chat import apply_chat_template
 from eaglewire.targets.config import CaptureConfig, InspectConfig
 from eaglewire.targets.fingerprint import chat_template_hash
-from eaglewire.targets.hybrid import linear_capture_points
+from eaglewire.targets.hybrid import is_hybrid, linear_capture_points, point_layer_types
 from eaglewire.targets.layers import engine_support
 from eaglewire.targets.load import Target, checked_target_dir, load_target, resolve_target_dir
 from eaglewire.targets.points import (
@@ -104,7 +104,4 @@ def layer_types(config, pts) -> dict[str, str]:
     """{point: the kind of layer that writes it} on hybrid targets (Qwen3-Next, Qwen3.5: linear attention
     between full-attention layers), so a reader sees which captured states come from linear-attention layers;
     {} where every layer is of one kind."""
-    kinds = getattr(config, "layer_types", None) or []
-    if len(set(kinds)) < 2:
-        return {}
-    return {p.name: kinds[p.layer] for p in pts if p.kind == "layer" and p.layer < len(kinds)}
+    return point_layer_types(config, pts) if is_hybrid(config) else {}

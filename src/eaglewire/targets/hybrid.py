@@ -32,21 +32,27 @@ LINEAR_CAPTURE = {
 }
 
 
-def linear_capture_points(config, points: list[Point]) -> dict[str, dict]:
-    """{point: {"layer_type", "engines": {engine: "captures" | "does not capture"}}} for each point written by
-    a layer that is not an attention layer; {} on a target whose layers are all attention layers.
+def point_layer_types(config, points: list[Point]) -> dict[str, str]:
+    """{point: the `layer_types` entry of the layer that writes it} for each layer point the config covers.
 
     `config` is the language model's config (its `layer_types`, as transformers fills it for Qwen3-Next and
-    Qwen3.5's text config)."""
+    Qwen3.5's text config); {} for a config without one."""
     kinds = getattr(config, "layer_types", None) or []
-    out = {}
-    for p in points:
-        if p.kind != "layer" or p.layer >= len(kinds) or kinds[p.layer] in FULL_KINDS:
-            continue
-        out[p.name] = {"layer_type": kinds[p.layer],
-                       "engines": {e: "captures" if yes else "does not capture"
-                                   for e, (yes, _) in LINEAR_CAPTURE.items()}}
-    return out
+    return {p.name: kinds[p.layer] for p in points if p.kind == "layer" and p.layer < len(kinds)}
+
+
+def is_hybrid(config) -> bool:
+    """Layers of more than one kind (attention and linear attention): where a point's layer kind is news."""
+    return len(set(getattr(config, "layer_types", None) or [])) > 1
+
+
+def linear_capture_points(config, points: list[Point]) -> dict[str, dict]:
+    """{point: {"layer_type", "engines": {engine: "captures" | "does not capture"}}} for each point written by
+    a layer that is not an attention layer (of `point_layer_types`); {} on a target whose layers are all
+    attention layers."""
+    engines = {e: "captures" if yes else "does not capture" for e, (yes, _) in LINEAR_CAPTURE.items()}
+    return {name: {"layer_type": kind, "engines": dict(engines)}
+            for name, kind in point_layer_types(config, points).items() if kind not in FULL_KINDS}
 
 
 def describe(rows: dict[str, dict]) -> list[str]:

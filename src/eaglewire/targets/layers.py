@@ -6,10 +6,21 @@ importing torch.
 
 from __future__ import annotations
 
+import json
+
 from eaglewire.targets.config import LayersConfig
-from eaglewire.targets.points import Engine, id_lists, points_from_ids, version_differences
-from eaglewire.targets.registry import RUNTIMES, pinned_version
+from eaglewire.targets.points import (
+    Engine,
+    Point,
+    fed_points,
+    id_lists,
+    ids_for_points,
+    points_from_ids,
+    version_differences,
+)
+from eaglewire.targets.registry import RUNTIMES, engine_spec, pinned_version
 from eaglewire.targets.support import capture_refusal, capture_support
+from eaglewire.targets.vllm_pp import describe, pp_option
 
 
 def convert_layers(cfg: LayersConfig) -> dict:
@@ -24,8 +35,30 @@ def convert_layers(cfg: LayersConfig) -> dict:
              sg and version_differences(sg, Engine("sglang", None, cfg.arch or None), cfg.target_layers)]
     if cfg.arch:  # an engine that cannot capture from this class at all is named, whatever the ids say
         found += [e["refusal"] for e in engine_support(cfg.arch).values()]
+    if cfg.pipeline_parallel_size > 1:
+        found += pipeline_warnings(res, cfg, eng, pts)
     res["warnings"] = list(dict.fromkeys(w for w in found if w))
     return res
+
+
+def pipeline_warnings(res: dict, cfg: LayersConfig, eng: Engine, pts: list[Point]) -> list[str]:
+    """vLLM over the stages asked for: its ids for the points (res["vllm_pp"]), and where the given ids,
+    read by vLLM, would feed other points than on one stage."""
+    L, arch = cfg.target_layers, cfg.arch or None
+    stages = pp_option(L, cfg.pipeline_parallel_size)
+    vllm = Engine("vllm", None, arch)
+    ids = ids_for_points(pts, vllm, L, pp=stages)
+    res["vllm_pp"] = {"stages": [list(b) for b in stages.bounds], "ids": ids, "rule": describe(arch, stages)}
+    out = [res["vllm_pp"]["rule"], f"vLLM ids over {stages.label()}: {json.dumps(ids)}" + (
+        f" ({', '.join(p.name for p, i in zip(pts, ids) if i is None)} cannot be fed with any id)" if None in ids else "")]
+    if (engine_spec(eng.name).runtime or eng.name) == "vllm":  # the given ids are vLLM's: what the split feeds
+        fed = fed_points(cfg.ids, vllm, L, pp=stages)
+        if fed != fed_points(cfg.ids, vllm, L):
+            got = ", ".join(p.name for p in fed if p) or "nothing"
+            out.append(f"over {stages.label()} vLLM feeds ids {cfg.ids} as {got}" + (
+                f" ({fed.count(None)} of them feed nothing)" if None in fed else "")
+                + f", not {', '.join(p.name for p in pts)} as on one stage")
+    return out
 
 
 def engine_support(arch: str) -> dict[str, dict]:

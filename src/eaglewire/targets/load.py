@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from transformers.utils import logging as hf_logging
 
 import eaglewire.targets.families as families
+import eaglewire.targets.tokenizers as tokenizers
 from eaglewire.infra.atomic import atomic_dir
 from eaglewire.infra.checksums import file_sha256
 from eaglewire.infra.errors import EaglewireError
@@ -332,16 +333,24 @@ def load_tokenizer(source: str):
 
 def _native_tokenizer(path: Path):
     """The tokenizer through transformers' own classes. A tokenizer_config with auto_map (its own code) is read
-    from tokenizer.json alone, by the fast class, so its code is never resolved; without a tokenizer.json
-    (Kimi ships tiktoken.model and a tokenizer .py) there is nothing safe to read: one line says what to add."""
+    from tokenizer.json alone, by the fast class, so its code is never resolved; without one, a known family's
+    files are read natively (Kimi's tiktoken.model: `tokenizers`); for anything else one line says what to add."""
     raw = json_or_none(Path(path) / "tokenizer_config.json")
     if not (isinstance(raw, dict) and raw.get("auto_map")):
         return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     if not (Path(path) / "tokenizer.json").is_file():
+        tok = tokenizers.load(path)
+        if tok is not None:
+            return tok
+        fam = tokenizers.family_of_auto_map(raw.get("auto_map"))
+        if fam is not None:
+            raise EaglewireError(f"{path}: tokenizer_config.json names {fam.name}, which eaglewire reads from its "
+                                 f"{fam.vocab_file}, and there is no {fam.vocab_file} (nor a tokenizer.json) in it: "
+                                 f"copy the checkpoint's {fam.vocab_file}")
         shipped = ", ".join(sorted(p.name for p in Path(path).iterdir() if p.suffix in (".model", ".tiktoken")))
         raise EaglewireError(f"{path}: has custom code (auto_map in tokenizer_config.json); eaglewire never runs "
                              f"model code, and there is no tokenizer.json to read instead{' of ' + shipped if shipped else ''}"
-                             ": add a tokenizer.json (transformers' fast tokenizer saved from it)")
+                             f": add a tokenizer.json (transformers' fast tokenizer saved from it)")
     print(f"note: {path}: tokenizer read from tokenizer.json; the code its tokenizer_config.json names "
           "(auto_map) is not run", file=sys.stderr)
     return PreTrainedTokenizerFast.from_pretrained(path, trust_remote_code=False)

@@ -43,6 +43,7 @@ from eaglewire.targets.registry import (  # noqa: F401 (the engine facts, import
     id_rule_version,
     pinned_version,
 )
+from eaglewire.targets.vllm_pp import Stages, captures, fed, ids_for
 
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.out$")
 
@@ -377,49 +378,51 @@ def _int_id(i) -> int:
 def points_from_ids(ids: list[int], engine: str | Engine, num_layers: int, arch: str | None = None) -> list[Point]:
     """Physical points that `engine` captures for each of `ids` (in the order given); raises if it cannot."""
     eng = as_engine(engine, arch)
-    ids = [_int_id(i) for i in ids]
-    rule = _list_rule(eng.rule, ids, num_layers)
-    out = []
-    for i in ids:
-        p = _FROM[rule](i, num_layers)
+    out = id_meanings(ids, eng, num_layers)
+    for i, p in zip(ids, out):
         if p is None:
-            raise EaglewireError(
-                f"{eng.label()} id {i} with {num_layers} layers: out of range or not capturable "
-                f"({ENGINE_HELP[eng.name]})"
-            )
-        out.append(p)
-    return out
+            raise EaglewireError(f"{eng.label()} id {i} with {num_layers} layers: out of range or not capturable "
+                                 f"({ENGINE_HELP[eng.name]})")
+    return out  # type: ignore[return-value]
 
 
-def id_meanings(ids: list[int], engine: str | Engine, num_layers: int, arch: str | None = None
-                ) -> list[Point | None]:
-    """Per id, the point `engine` captures for it within this list (None: nothing), never raising."""
+def id_meanings(ids: list[int], engine: str | Engine, num_layers: int, arch: str | None = None,
+                pp: Stages | None = None) -> list[Point | None]:
+    """Per id, the point `engine` captures for it within this list (None: nothing), never raising.
+    vLLM reads some ids per serving class (vllm_pp.py): over `pp` stages, or in its Transformers backend."""
     eng = as_engine(engine, arch)
     ids = [_int_id(i) for i in ids]
+    if eng.rule == "vllm" and (per_id := captures(ids, eng.arch, num_layers, pp)) is not None:
+        return [_from_vllm(c[0], num_layers) if c else None for c in per_id]
     rule = _list_rule(eng.rule, ids, num_layers)
     return [_FROM[rule](i, num_layers) for i in ids]
 
 
-def fed_points(ids: list[int], engine: str | Engine, num_layers: int, arch: str | None = None
-               ) -> list[Point | None]:
+def fed_points(ids: list[int], engine: str | Engine, num_layers: int, arch: str | None = None,
+               pp: Stages | None = None) -> list[Point | None]:
     """What `engine` feeds the drafter for `ids`, slot by slot, None where an id captures nothing.
 
     Both SGLang and vLLM walk the layers in order and capture at matching ids, so the
     slots arrive in ascending depth with duplicates merged, whatever order the ids
     were written in (vLLM even sorts them: `tuple(sorted(set(layers)))`).
     """
-    got = id_meanings(ids, engine, num_layers, arch)
-    if as_engine(engine, arch).rule in ORDERED_ENGINES:
+    eng = as_engine(engine, arch)
+    if eng.rule == "vllm" and (slots := fed([_int_id(i) for i in ids], eng.arch, num_layers, pp)) is not None:
+        return [_from_vllm(v, num_layers) for v in slots[0]] + [None] * slots[1]  # per class (vllm_pp.py)
+    got = id_meanings(ids, eng, num_layers)
+    if eng.rule in ORDERED_ENGINES:
         return got
     return sorted(set(p for p in got if p is not None)) + [None] * sum(p is None for p in got)
 
 
-def ids_for_points(points: list[Point], engine: str | Engine, num_layers: int, arch: str | None = None
-                   ) -> list[int | None]:
-    """The ids that make `engine` capture `points`; None where it cannot."""
+def ids_for_points(points: list[Point], engine: str | Engine, num_layers: int, arch: str | None = None,
+                   pp: Stages | None = None) -> list[int | None]:
+    """The ids that make `engine` capture `points`; None where it cannot (vLLM: per class, over `pp` stages)."""
     eng = as_engine(engine, arch)
     for p in points:
         check_point(p, num_layers)
+    if eng.rule == "vllm" and (got := ids_for([_to_vllm(p, num_layers) for p in points], eng.arch, num_layers, pp)):
+        return got
     if eng.rule == "sglang-last-id":  # the +1 ids; the last layer's output cannot be captured
         return [_TO["sglang"](p, num_layers) for p in points]
     if eng.rule == "sglang-last-id-end":  # the +1 ids, id L-1 captured at the end of the stack

@@ -195,6 +195,35 @@ SGLANG_NO_EAGLE3_ARCHS = frozenset({
     "XverseMoeForCausalLM", "YiVLForCausalLM", "ZayaForCausalLM"
 })
 
+# SGLang 0.5.23's DFLASH captures only through the target class's own `set_dflash_layers_to_capture`
+# (model_runner_components/attention_backend_setup.py, configure_aux_hidden_state_capture; a class with only
+# `set_dspark_layers_to_capture` serves DSPARK, not DFLASH): the registered classes whose code, or a base's,
+# defines it. Every other registered class is refused at startup with SGLANG_DFLASH_REFUSAL.
+SGLANG_DFLASH_ARCHS = frozenset({
+    "BeamForCausalLM", "Cosmos3ForConditionalGeneration", "DeepseekV2ForCausalLM", "DeepseekV32ForCausalLM",
+    "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLMNextN", "Gemma4AssistantForCausalLM", "Gemma4ForCausalLM",
+    "Gemma4ForConditionalGeneration", "Gemma4UnifiedAssistantForCausalLM", "Gemma4UnifiedForConditionalGeneration",
+    "Glm4MoeLiteForCausalLM", "Glm4MoeLiteForCausalLMNextN", "Glm5NextForConditionalGeneration",
+    "Glm5NextForConditionalGenerationNextN", "GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLMNextN", "GptOssForCausalLM",
+    "IQuestCoderForCausalLM", "InklingForConditionalGeneration", "InternLM3ForCausalLM",
+    "InternS1ProForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration", "KimiK25ForConditionalGeneration", "KimiK3ForConditionalGeneration",
+    "KimiK3LinearForCausalLM", "LagunaForCausalLM", "Lfm2BidirectionalModel", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM",
+    "Lfm2VlForConditionalGeneration", "Llama4ForCausalLM", "LlamaForCausalLM", "LlamaForCausalLMEagle",
+    "LlamaForCausalLMEagle3", "MellumForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM", "MiMoV2MTP",
+    "MiniMaxM3SparseForConditionalGeneration", "Ministral3ForCausalLM", "MistralForCausalLM",
+    "MistralForCausalLMEagle", "MistralLarge3ForCausalLM", "MistralLarge3ForCausalLMEagle", "MuseGlimmerForCausalLM",
+    "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration", "NanbeigeForCausalLM",
+    "NemotronHForCausalLM", "NemotronHForCausalLMMTP", "NemotronHPuzzleForCausalLM",
+    "NemotronH_Nano_Omni_Reasoning_V3", "NemotronH_Nano_VL_V2", "NemotronH_Omni_Reasoning_V3", "Phi3ForCausalLM",
+    "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLMMTP", "Qwen3NextForCausalLM",
+    "Qwen3NextForCausalLMMTP", "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+    "Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForConditionalGeneration", "TeleFLMForCausalLM"
+})
+SGLANG_DFLASH_REFUSAL = ("implements neither set_dspark_layers_to_capture nor set_dflash_layers_to_capture, "
+                         "one of which is required for DFLASH/DSPARK")
+
 # llama.cpp 0.3.36 (the tree llama-cpp-python 0.3.36 vendors): the graph its converter maps each HF class to
 # (conversion/*.py `ModelBase.register`), for the classes of the families eaglewire builds, and whether that
 # graph marks the layer inputs its EAGLE-3 reads (`res->t_layer_inp[il]` in src/models/<graph>.cpp; without
@@ -257,3 +286,20 @@ def capture_refusal(engine: str, version: str | None, arch: str | None) -> str |
     shown = PUBLISHED_ARCH.get(arch, arch)
     how = _HOW[eng].format(graph=LLAMA_CPP_GRAPHS.get(shown, ("?",))[0])
     return f"{eng} {ver} cannot capture EAGLE-3 features from {shown}: {how}"
+
+
+def dflash_capture_refusal(engine: str, version: str | None, arch: str | None) -> str | None:
+    """One line saying why `engine` cannot feed a DFlash drafter from `arch`; None when it can or when that is not
+    known. vLLM and llama.cpp capture DFlash's target states through their EAGLE-3 hook (`capture_refusal`);
+    SGLang through a separate one that fewer classes define (SGLANG_DFLASH_ARCHS)."""
+    eng = _engine(engine)
+    if eng != "sglang":
+        refusal = capture_refusal(engine, version, arch)
+        return refusal and f"{refusal} (its DFlash path captures through the same hook)"
+    ver = version or pinned_version(eng)
+    shown = PUBLISHED_ARCH.get(arch, arch) if arch else None
+    known = SGLANG_EAGLE3_ARCHS | SGLANG_NO_EAGLE3_ARCHS
+    if ver != pinned_version(eng) or shown not in known or shown in SGLANG_DFLASH_ARCHS:
+        return None
+    return (f"sglang {ver} cannot feed a DFlash drafter from {shown}: the class has no set_dflash_layers_to_capture "
+            f"and SGLang refuses it at startup (\"Model {shown} {SGLANG_DFLASH_REFUSAL}\")")

@@ -21,7 +21,7 @@ import eaglewire.targets.tiny_families as tiny_families
 from eaglewire.infra.atomic import atomic_dir
 from eaglewire.infra.errors import EaglewireError
 
-TINY_VERSION = 4  # bump when anything below changes the produced weights or tokenizer
+TINY_VERSION = 6  # bump when anything below changes the produced weights or tokenizer
 
 _CORPUS = """\
 The quick brown fox jumps over the lazy dog. A speculative decoder drafts tokens
@@ -83,6 +83,8 @@ def _tokenizer(arch: str):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(_CORPUS.splitlines(), trainer=trainer)
+    if arch in tiny_families.KIMI_ARCHS:  # Kimi's tiktoken layout: specials after the ranks (tiny_families)
+        return tiny_families.kimi_tokenizer(arch, tok, template, bos, eos)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos, pad_token=eos)
     fast.chat_template = template
     return fast
@@ -146,6 +148,6 @@ def build_tiny(arch: str, out_dir: Path, **overrides) -> Path:
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        tiny_families.publish_layout(arch, tmp)
+        tiny_families.publish_layout(arch, tmp, out_dir)
         (tmp / "eaglewire_source.json").write_text(json.dumps({"kind": "tiny", "arch": arch, "version": TINY_VERSION}))
     return out_dir

@@ -5,7 +5,9 @@ layout its published checkpoints have: wrappers keep the language model one
 level down under the published weight names and class names (Kimi-K2.5:
 `KimiK25ForConditionalGeneration`, `language_model.model.layers.*`, an
 `auto_map` to code that eaglewire must never import; Kimi-K2: `model_type:
-kimi_k2` with an `auto_map`), with the shape of the family's chat template
+kimi_k2` with an `auto_map`; both with Kimi's tokenizer files: `tiktoken.model`, code named by the
+tokenizer's `auto_map` that writes a marker if anything imports it, no `tokenizer.json`), with the shape
+of the family's chat template
 (Kimi's `<|im_assistant|>assistant<|im_middle|>` with `<think>`, GPT-OSS's
 harmony), so loading, capture, loss masks and layer ids are exercised as on
 the real targets. Attention heads are 32 wide where the family allows, the
@@ -15,11 +17,15 @@ the seeds' ids [2, 30, 58] name real layers.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
 import transformers as tf
 from safetensors.torch import load_file, save_file
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+from eaglewire.targets import tokenizers
 
 _KIMI = (
     "{% for m in messages %}{% if m['role'] == 'system' %}<|im_system|>system<|im_middle|>"
@@ -46,12 +52,11 @@ _CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-_KIMI_SPECIALS = ["[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>"]
-
-# arch -> (special tokens, chat template, bos, eos)
+# arch -> (special tokens, chat template, bos, eos); Kimi's specials are not trained: they follow the ranks
+# (_KIMI_ADDED, kimi_tokenizer)
 TEMPLATES = {
-    "kimi_k25": (_KIMI_SPECIALS, _KIMI, "[BOS]", "<|im_end|>"),
-    "kimi_k2": (_KIMI_SPECIALS, _KIMI, "[BOS]", "<|im_end|>"),
+    "kimi_k25": ([], _KIMI, "[BOS]", "<|im_end|>"),
+    "kimi_k2": ([], _KIMI, "[BOS]", "<|im_end|>"),
     "gpt_oss": (["<|endoftext|>", "<|start|>", "<|message|>", "<|channel|>", "<|end|>", "<|return|>"],
                 _HARMONY, None, "<|return|>"),
     "gemma3": (["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"], _GEMMA, "<bos>", "<end_of_turn>"),
@@ -99,8 +104,8 @@ def family_config(arch: str, vocab: int, bos_id, eos_id):
                                        tie_word_embeddings=False)
         return tf.Kimi_K25Config(text_config=text, vision_config=_VISION, projection_hidden_size=32,
                                  tie_word_embeddings=False, **ids)
-    if arch == "gpt_oss":
-        return tf.GptOssConfig(**{**_TEXT, "intermediate_size": 64}, **ids, num_local_experts=4,
+    if arch == "gpt_oss":  # eps as published: vLLM 0.32's gpt_oss.py builds its norms with eps=1e-5 (lines 449, 500)
+        return tf.GptOssConfig(**{**_TEXT, "intermediate_size": 64, "rms_norm_eps": 1e-5}, **ids, num_local_experts=4,
                                num_experts_per_tok=2, sliding_window=16)
     if arch == "gemma3":
         return tf.Gemma3Config(text_config={**_TEXT, **ids, "sliding_window": 16},
@@ -151,19 +156,82 @@ _AUTO_MAP = {"kimi_k25": {"AutoConfig": "configuration_kimi_k25.KimiK25Config",
              "kimi_k2": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
                          "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}}
 
+# Kimi's tokenizer as published: tiktoken.model and code named by tokenizer_config.json's auto_map (no
+# tokenizer.json); its added_tokens_decoder by offset after the ranks (moonshotai/Kimi-K2-Instruct: 163584 +
+# offset; Kimi-K2-Thinking adds <think> </think>, Kimi-K2.5 the media tokens, ids 163602-163607).
+_KIMI_ADDED = {0: "[BOS]", 1: "[EOS]", 2: "<|im_end|>", 3: "<|im_user|>", 4: "<|im_assistant|>",
+               6: "<|start_header_id|>", 7: "<|end_header_id|>", 9: "[EOT]", 10: "<|im_system|>",
+               11: "<|tool_calls_section_begin|>", 12: "<|tool_calls_section_end|>", 13: "<|tool_call_begin|>",
+               14: "<|tool_call_argument_begin|>", 15: "<|tool_call_end|>", 17: "<|im_middle|>",
+               22: "<think>", 23: "</think>", 254: "[UNK]", 255: "[PAD]"}
+_KIMI_MEDIA = {18: "<|media_begin|>", 19: "<|media_content|>", 20: "<|media_end|>", 21: "<|media_pad|>"}
+KIMI_TOKENIZER_AUTO_MAP = {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}
+KIMI_ARCHS = ("kimi_k25", "kimi_k2")  # the tinies written with it
+CODE_RAN = "CODE_RAN"  # what the tiny's tokenization_kimi.py writes if anything ever imports it
+_KIMI_CODE = ('"""A stand-in for Kimi\'s tokenizer code: eaglewire reads tiktoken.model natively and must never '
+              'import this."""\nimport pathlib\n\npathlib.Path({marker!r}).write_text("imported")\n'
+              'raise ImportError("tokenization_kimi.py must never be imported")\n')
+
+
+def kimi_added(arch: str, n_ranks: int) -> dict[int, str]:
+    """{id: token} of the family's added_tokens_decoder for a rank file of `n_ranks` tokens."""
+    return {n_ranks + k: v for k, v in {**_KIMI_ADDED, **(_KIMI_MEDIA if arch == "kimi_k25" else {})}.items()}
+
+
+def _ranks_of(vocab: dict[str, int]) -> dict[bytes, int]:
+    """A byte-level BPE's vocabulary as tiktoken ranks (its ids: the byte alphabet, then the merges in order)."""
+    byte_of = {c: b for b, c in bytes_to_unicode().items()}
+    return {bytes(byte_of[c] for c in tok): i for tok, i in vocab.items()}
+
+
+def kimi_tokenizer(arch: str, trained, template: str, bos: str, eos: str):
+    """The tiny's trained BPE (no specials) as Kimi's tokenizer reads it: ranks, then the reserved specials."""
+    ranks = _ranks_of(trained.get_vocab())
+    added = kimi_added(arch, len(ranks))
+    cfg = {"bos_token": bos, "eos_token": eos, "pad_token": "[PAD]", "unk_token": "[UNK]",
+           "added_tokens_decoder": {str(i): t for i, t in added.items()}}
+    return tokenizers.build(ranks, tokenizers.KIMI, tokenizers.special_tokens(cfg, len(ranks), tokenizers.KIMI, "tiny"),
+                            cfg, template)
+
+
+def _kimi_tokenizer_files(arch: str, d: Path, final: Path) -> None:
+    """Rewrite a saved tiny tokenizer into Kimi's published files: tiktoken.model, tokenizer_config.json with
+    the auto_map, the code (a marker), no tokenizer.json."""
+    saved = json.loads((d / "tokenizer.json").read_text())
+    n = min(int(t["id"]) for t in saved["added_tokens"])
+    ranks = _ranks_of({k: v for k, v in saved["model"]["vocab"].items() if v < n})
+    (d / "tiktoken.model").write_bytes(b"".join(base64.b64encode(t) + b" %d\n" % r
+                                                for t, r in sorted(ranks.items(), key=lambda x: x[1])))
+    old = json.loads((d / "tokenizer_config.json").read_text())
+    spec = {"content": None, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+            "special": True}
+    cfg = {"added_tokens_decoder": {str(i): {**spec, "content": t} for i, t in kimi_added(arch, n).items()},
+           "auto_map": KIMI_TOKENIZER_AUTO_MAP, "bos_token": old["bos_token"], "eos_token": old["eos_token"],
+           "pad_token": "[PAD]", "unk_token": "[UNK]", "clean_up_tokenization_spaces": False,
+           "model_max_length": 1000000000000000019884624838656, "tokenizer_class": "TikTokenTokenizer"}
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
+    (d / "tokenization_kimi.py").write_text(_KIMI_CODE.format(marker=str(Path(final) / CODE_RAN)))
+    for name in ("tokenizer.json", "special_tokens_map.json"):
+        (d / name).unlink(missing_ok=True)
+
 
 def _published_fields(arch: str, raw: dict) -> dict:
     """Fields a family's published config.json has that transformers does not write, and engines read."""
-    if arch == "minimax_m2":  # vLLM 0.32's MiniMaxM2 reads config.rotary_dim (models/minimax_m2.py:274)
+    if arch == "minimax_m2":  # vLLM 0.32's MiniMaxM2 reads config.rotary_dim (models/minimax_m2.py:274), and
+        # config.scoring_func / use_routing_bias (:85, :99; without the bias it routes on the bare sigmoid, not on
+        # transformers' sigmoid + e_score_correction_bias): MiniMax-M2's published values
         rope = raw.get("rope_parameters") or {}
-        return {"rotary_dim": int(raw["head_dim"] * rope.get("partial_rotary_factor", 1.0))}
+        return {"rotary_dim": int(raw["head_dim"] * rope.get("partial_rotary_factor", 1.0)),
+                "scoring_func": "sigmoid", "use_routing_bias": True}
     return {}
 
 
-def publish_layout(arch: str, d: Path) -> None:
+def publish_layout(arch: str, d: Path, final: Path | None = None) -> None:
     """Rewrite a saved tiny model into its family's published layout: class names, model_type, auto_map
     (to files that are not there: eaglewire must never look them up), fields engines read, the shards' weight
-    names."""
+    names, the tokenizer's files. `final`: where `d` will live (the tokenizer code's marker names it)."""
+    if arch in KIMI_ARCHS:
+        _kimi_tokenizer_files(arch, Path(d), Path(final or d))
     cfg_path = Path(d) / "config.json"
     raw = json.loads(cfg_path.read_text())
     if fields := _published_fields(arch, raw):

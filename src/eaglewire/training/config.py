@@ -27,6 +27,10 @@ MAX_SEED = 2**32 - 1  # the seed is scaled into torch generator seeds (64 bits)
 MAX_BATCH = 10**6
 MAX_LEN = 10**9  # the drafter's max_position_embeddings bound
 DRAFTERS = ("eagle3", "dflash", "p-eagle")
+ENGINES = ("transformers", "vllm")  # what runs the target for --online (data extract's --engine names)
+# options only a vLLM capture reads: set with --engine transformers, they are refused
+VLLM_ONLY = ("engine_url", "states_dir", "tensor_parallel_size", "engine_args", "vllm_python", "startup_timeout",
+             "request_timeout")
 MAX_ANCHORS = 4096  # DFlash: the dense block mask is (N*B) x (T+N*B) per sequence and head
 # options one drafter reads and the other does not: set away from their default with the other, they are refused
 EAGLE3_ONLY = ("ttt_steps", "ttt_decay", "target_temperature", "lk_weight", "vocab_size", "feature_noise",
@@ -58,6 +62,21 @@ class TrainConfig:
                            "--store-dtype` stores them (same losses as offline)", choices=("fp32", "bf16", "fp16"))
     dtype: str = opt("auto", "--online: target compute dtype (auto: bf16 on CUDA, fp32 on CPU)",
                      choices=("auto", "fp32", "bf16", "fp16"))
+    engine: str = opt("transformers", "--online: what runs the target: transformers (in this process) or vllm (a "
+                      "vLLM capture server holds it, tensor/expert parallel, and answers each micro-batch's features; "
+                      "the trainer reads only the embedding and head)", choices=ENGINES)
+    engine_url: str | None = opt(None, "--engine vllm: a capture server you started (the command `eaglewire data "
+                                 "extract --engine vllm --print-command` prints; every torchrun rank asks it); "
+                                 "default: eaglewire starts and stops one")
+    states_dir: Path | None = opt(None, "--engine vllm: where the server writes each request's states, a directory "
+                                  "this machine reads too (default: <out>/.vllm-states for a server eaglewire starts, "
+                                  "<data>/.vllm-states, as --print-command gives it, with --engine-url)")
+    tensor_parallel_size: int = opt(1, "--engine vllm: vLLM --tensor-parallel-size", ge=1)
+    engine_args: str = opt("", "--engine vllm: more vLLM server flags, e.g. '--enable-expert-parallel'")
+    vllm_python: str = opt("", "--engine vllm: Python of a vLLM install; default: `vllm` on PATH, else a pinned CPU "
+                           "venv eaglewire builds once")
+    startup_timeout: int = opt(1800, "--engine vllm: seconds to wait for the server to become healthy", ge=10)
+    request_timeout: float = opt(600.0, "--engine vllm: seconds one capture request may take in all", gt=0)
     vocab_size: int = opt(0, "--online without vocab.safetensors in --data: draft vocab size, counted over the "
                           "responses as `data vocab` does (0 = auto)", ge=0, le=MAX_WIDTH)
     max_steps: int = opt(0, "optimizer steps; 0 = --epochs full passes", ge=0)
@@ -135,6 +154,7 @@ class TrainConfig:
 def check_drafter_options(cfg: TrainConfig) -> str:
     """`cfg.drafter`, once no option only other drafters read is set away from its default (never silently ignored)."""
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    check_engine_options(cfg, fields)
     for name in dict.fromkeys(n for names in READS.values() for n in names):
         if name not in READS[cfg.drafter] and getattr(cfg, name) != fields[name].default:
             readers = " or ".join(d for d in DRAFTERS if name in READS[d])
@@ -144,3 +164,19 @@ def check_drafter_options(cfg: TrainConfig) -> str:
         raise EaglewireError("--select acceptance: its validation walk drafts EAGLE-3's sequential chain, not "
                              "P-EAGLE's parallel slots; use --select loss or last with --drafter p-eagle")
     return cfg.drafter
+
+
+def check_engine_options(cfg: TrainConfig, fields: dict) -> None:
+    """`--engine vllm` with what it needs (--online; a drafter its capture session serves), and its options only
+    with it."""
+    if cfg.engine == "vllm" and not cfg.online:
+        raise EaglewireError("--engine vllm: applies to --online only (offline training reads stored features; "
+                             "capture them with `eaglewire data extract --engine vllm`)")
+    if cfg.engine == "vllm" and cfg.drafter == "dflash":
+        raise EaglewireError("--engine vllm: not supported with --drafter dflash yet (its loop holds no capture "
+                             "server); capture with `eaglewire data extract --engine vllm` and train offline")
+    if cfg.engine != "vllm":
+        for name in VLLM_ONLY:
+            if getattr(cfg, name) != fields[name].default:
+                raise EaglewireError(f"{flag_of(fields[name])} {getattr(cfg, name)!r}: applies to --online --engine "
+                                     "vllm only")

@@ -13,7 +13,8 @@ Exactness choices:
   run reads the same samples in the same order and follows the same losses
   (both tested);
 - `--online` swaps the feature shards for the target's forward on the same
-  responses (`online_features.py`), sample for sample, so the losses are the same.
+  responses (`online_features.py`), sample for sample, so the losses are the same;
+  `--engine vllm` asks a vLLM server holding the target for them (`online_vllm.py`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +46,7 @@ from eaglewire.training.identity import check_ranks_agree, check_same_dataset, d
 from eaglewire.training.inputs import TrainInputs
 from eaglewire.training.offline import setup_offline
 from eaglewire.training.online_features import setup_online
+from eaglewire.training.online_vllm import setup_online_vllm
 from eaglewire.training.peagle_loss import draw_elements, peagle_forward
 from eaglewire.training.peagle_train import (
     element_generator,
@@ -298,7 +301,10 @@ def evaluate(model, ds, idx: list[int], head_w, cfg: TrainConfig, device, dd: Di
     return {"loss": float(stats[2 * k] / max(float(stats[2 * k + 1]), 1.0)), "acc": acc}
 
 
-def _setup(cfg: TrainConfig, device):
+def _setup(cfg: TrainConfig, device, held: ExitStack):
+    """The run's inputs; what they hold for the whole run (a vLLM capture server: online_vllm.py) goes in `held`."""
+    if cfg.online and cfg.engine == "vllm":
+        return setup_online_vllm(cfg, held)
     return setup_online(cfg, device) if cfg.online else setup_offline(cfg)
 
 
@@ -308,19 +314,20 @@ def run_train(cfg: TrainConfig) -> dict:
         return run_dflash_train(cfg)
     dd = Dist(resolve_device(cfg.device), cfg.parallel)  # dd.device: cuda:LOCAL_RANK under torchrun
     if not dd.main:  # rank 0 alone writes the run directory (and holds its lock)
-        return _run_train(cfg, dd)
+        with ExitStack() as held:
+            return _run_train(cfg, dd, held)
 
-    with dir_lock(cfg.out, "train"):
-        return _run_train(cfg, dd)
+    with dir_lock(cfg.out, "train"), ExitStack() as held:
+        return _run_train(cfg, dd, held)
 
 
-def _run_train(cfg: TrainConfig, dd: Dist) -> dict:
+def _run_train(cfg: TrainConfig, dd: Dist, held: ExitStack) -> dict:
     recorded = None
     if cfg.resume:
         recorded = check_resume_config(cfg)
     elif (cfg.out / "state").exists() or (cfg.out / "drafter").exists():
         raise EaglewireError(f"{cfg.out}: already holds a training run; pass --resume or choose a new --out")
-    inputs = _setup(cfg, dd.device)
+    inputs = _setup(cfg, dd.device, held)
     inputs.identity = dataset_identity(cfg.data, inputs)
     check_ranks_agree(dd.gather(inputs.identity), cfg.data)
     if cfg.resume and recorded is not None:  # nothing is written before this refusal

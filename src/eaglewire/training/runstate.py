@@ -23,7 +23,10 @@ from eaglewire.infra.options import config_to_dict
 from eaglewire.saved.checkpoint import load_state
 from eaglewire.training.config import TrainConfig
 
-RESUME_FREE = {"resume", "json", "device", "log_every", "parallel"}  # options a resumed run may change
+# options a resumed run may change: how it runs, not what it trains on (a capture server may move or restart:
+# its target is checked by content, as the recorded fingerprint)
+RESUME_FREE = {"resume", "json", "device", "log_every", "parallel", "engine_url", "states_dir", "vllm_python",
+               "startup_timeout", "request_timeout", "tensor_parallel_size"}
 # options naming what the run trains on: compared by the content they name (training.identity), not as written
 BY_CONTENT = {"data", "target", "points"}
 
