@@ -70,8 +70,8 @@ def serve_check_only(vllm_python, ckpt: Path, out: Path, monkeypatch, max_model_
     """(`eaglewire serve CKPT --check-only` result, the --speculative-config it started vLLM with): the vLLM the
     serve tests can start here (VLLM_TEST_ARGS), NUM_PROMPTS checked prompts of MAX_NEW tokens."""
     import dataclasses  # why: with the imports below, needed only by the real-vLLM tests
-    import json
-    import shlex
+    import json  # why: as above
+    import shlex  # why: as above
 
     from eaglewire.engines.vllm_server import free_port  # why: as above
     from eaglewire.serve import serving  # why: as above

@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 
 from eaglewire.doctor.engine_config import doctor_config
 from eaglewire.drafter.dflash import DFlashConfig
+from eaglewire.infra.errors import EaglewireError
 from eaglewire.saved.dflash import zlab_config
 from eaglewire_testing.cli import run_cli
 
@@ -249,3 +250,12 @@ def test_a_target_graph_without_layer_inputs_fails_a_dflash_gguf(tmp_path):
     assert rep.exit_code() == 1 and "Gemma3ForConditionalGeneration" in row.detail and "llama.cpp" in row.detail
     rep = doctor_config(d, "llama.cpp", L, TRAINED, None, None, arch="Qwen3MoeForCausalLM")
     assert rep.exit_code() == 0, rep.to_dict()
+
+
+def test_a_pipeline_split_is_refused_rather_than_passed_on_one_stage_meanings(tmp_path):
+    """vLLM's DFlash captures through the per-stage loop the EAGLE-3 ids do: the one-stage verdict must not pass a
+    split it never read (one stage is unchanged)."""
+    d = _dir(tmp_path)
+    assert not doctor_config(d, "vllm", L, TRAINED, None, None, arch="LlamaForCausalLM", pp=1).failed
+    with pytest.raises(EaglewireError, match="--pipeline-parallel-size 2: the DFlash check"):
+        doctor_config(d, "vllm", L, TRAINED, None, None, arch="LlamaForCausalLM", pp=2)

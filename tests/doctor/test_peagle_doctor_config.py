@@ -27,6 +27,7 @@ from eaglewire.export.config import ExportConfig
 from eaglewire.export.exporter import run_export
 from eaglewire.saved.checkpoint import save_checkpoint
 from eaglewire.targets.points import eagle3_default
+from eaglewire_testing.cli import run_cli
 from eaglewire_testing.engine_code import compile_function, sources, wheel
 from eaglewire_testing.export_helpers import L, make_drafter, provenance
 
@@ -204,3 +205,17 @@ def test_the_mask_id_read_is_vllms(exports):
         assert (ours if key is not None else "refused") == _vllm_mask(cfg, fns), (name, top, key)
     no_mask = {k: v for k, v in base["speculators"].items() if k != "mask_token_id"}
     assert vllm_reads_mask(no_mask) == (None, None) and _vllm_mask(no_mask, fns) == "refused"
+
+
+@pytest.mark.parametrize("key, bad", [("speculators_config", {"proposal_methods": {"a": 1}}),
+                                      ("speculators_config", [1]), ("transformer_layer_config", [1])])
+def test_a_malformed_speculators_section_is_a_row_never_a_traceback(exports, tmp_path, key, bad):
+    d = _copy(exports, "speculators", tmp_path, lambda c: c.update({key: bad}))
+    rep, rows = _doc(d)
+    assert "parallel drafting" in rows and "mask token" in rows, rep.to_dict()
+
+
+def test_doctor_drafter_refuses_a_peagle_checkpoint_in_one_line(exports):
+    """Its EAGLE-3 chain replay would report what vLLM serves without parallel_drafting, as if it were the drafter's."""
+    r = run_cli("doctor", "drafter", str(exports["vllm"].parent / "peagle"), "--data", str(exports["vllm"]))
+    assert r.returncode == 2 and "a P-EAGLE drafter; `doctor drafter` replays EAGLE-3 chains" in r.stderr, r.stderr

@@ -68,6 +68,10 @@ def drafter_report(cfg: DoctorDrafterConfig) -> Report:
     refuse_dflash(cfg.ckpt, "drafter", "`eaglewire doctor live` compares a server with its block decoding, "
                   "`eaglewire doctor config` checks the exported ids")
     model, prov = load_checkpoint(resolve_dir(cfg.ckpt))
+    if isinstance(model, PEagleDrafter):  # its chain is what vLLM serves without parallel_drafting, not what it serves
+        raise EaglewireError(f"{cfg.ckpt}: a P-EAGLE drafter; `doctor drafter` replays EAGLE-3 chains, which vLLM "
+                             "serves only without parallel_drafting: `eaglewire doctor live` compares a server with "
+                             "its parallel drafts, `eaglewire doctor config` checks the export")
     t = load_target(target_source_for(cfg.target, prov.target.source, cfg.ckpt))
     if (model.config.vocab_size, model.config.target_hidden_size) != (t.vocab_size, t.hidden_size):
         raise EaglewireError(f"drafter {cfg.ckpt} does not fit target {t.source!r}: it expects vocab "

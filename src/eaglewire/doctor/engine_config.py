@@ -16,6 +16,7 @@ from safetensors import safe_open
 from eaglewire.doctor.dflash_config import doctor_dflash
 from eaglewire.doctor.gguf_config import doctor_config_gguf
 from eaglewire.doctor.peagle_config import SPEC_TYPE, check_peagle
+from eaglewire.doctor.records import layer_config
 from eaglewire.doctor.verdict import Report
 from eaglewire.export.gguf import arch_refusal
 from eaglewire.infra.errors import EaglewireError, did_you_mean
@@ -230,7 +231,7 @@ def _serving_value(cfg: dict, key: str) -> tuple[object, bool]:
     """
     if key == "norm_before_residual" and isinstance(cfg.get("transformer_layer_config"), dict):
         return cfg.get(key, True), key in cfg
-    layer = cfg.get("transformer_layer_config") or cfg
+    layer = layer_config(cfg)
     if key == "rope_theta" and key not in layer and isinstance(layer.get("rope_parameters"), dict):
         params = layer["rope_parameters"]  # transformers 5 layout
         return params.get("rope_theta", NUMERIC_FIELDS[key]), "rope_theta" in params
@@ -248,7 +249,7 @@ def check_numerics(cfg: dict, trained_cfg: dict | None, rep: Report) -> None:
                 "rms_norm_eps and norm placement are not checked", "pass --trained-on CKPT (an eaglewire run); for "
                 "another trainer's drafter compare them with its training config", level="warning")
         return
-    layer = cfg.get("transformer_layer_config") or cfg  # speculators nests the layer's config
+    layer = layer_config(cfg)  # speculators nests the layer's config
     bad: dict[str, str] = {}
     for key, default in NUMERIC_FIELDS.items():
         want, (got, stated) = trained_cfg.get(key, default), _serving_value(cfg, key)
@@ -421,6 +422,10 @@ def doctor_config(d: Path, engine: str | Engine, L: int | None, trained: list[st
     if (stages := pp_option(L, pp, engine_spec(eng.name).runtime or eng.name)) is not None:
         describe(eng.arch, stages)  # a class whose loop over stages is not encoded: refused before anything is read
     if (dflash := doctor_dflash(Path(d), eng, L, trained, trained_with)) is not None:  # other keys, other meanings
+        if stages is not None:  # its verdict reads one-stage meanings: never let it pass a split it did not read
+            raise EaglewireError(f"--pipeline-parallel-size {pp}: the DFlash check reads the ids as one stage feeds "
+                                 "them, and vLLM's DFlash captures through the same per-stage loop; see what the "
+                                 f"split feeds with `eaglewire layers IDS --layers-from vllm --pipeline-parallel-size {pp}`")
         return dflash
     if eng.name == "llama.cpp":  # a GGUF: its metadata, not a config.json, holds the ids
         if trained_with is not None:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from eaglewire.doctor.records import recorded_field, trained_entry
+from eaglewire.doctor.records import layer_config, recorded_field, trained_entry
 from eaglewire.doctor.verdict import Report
 from eaglewire.export.written import RECORD
 from eaglewire.saved.peagle import MASK_HIDDEN, PEAGLE_KEY
@@ -79,7 +79,8 @@ def vllm_reads_mask(cfg: dict) -> tuple[str | None, object]:
     """(key, value) of the mask token id vLLM 0.32.0 drafts with, in `_init_parallel_drafting_params`'s order on
     the hf_config it builds from this config.json; (None, None): none, vLLM refuses to start."""
     speculators = "speculators_model_type" in cfg
-    hf = dict(cfg.get("transformer_layer_config") or {}) if speculators else dict(cfg)
+    inner_cfg = cfg.get("transformer_layer_config")
+    hf = (dict(inner_cfg) if isinstance(inner_cfg, dict) else {}) if speculators else dict(cfg)
     where = "transformer_layer_config." if speculators else ""
     if speculators:  # update_peagle: pard_token = the top-level mask_token_id (a KeyError without it)
         if "mask_token_id" not in cfg:
@@ -135,8 +136,10 @@ def _check_parallel(rep: Report, cfg: dict, depths: int | None) -> bool:
                 f'set "speculators_model_type": "{SPEC_TYPE}" and "mask_token_id" (or re-export: `eaglewire export CKPT '
                 "--format speculators`)")
         return False
-    methods = (cfg.get("speculators_config") or {}).get("proposal_methods") or [{}]
-    served = methods[0].get("speculative_tokens") if isinstance(methods[0], dict) else None
+    sc = cfg.get("speculators_config")  # a malformed one reads as "no count given", never a traceback
+    methods = sc.get("proposal_methods") if isinstance(sc, dict) else None
+    first = methods[0] if isinstance(methods, list) and methods else {}
+    served = first.get("speculative_tokens") if isinstance(first, dict) else None
     rep.add("parallel drafting", True, f"speculators_model_type {SPEC_TYPE!r}: vLLM serves it as eagle3 with "
             f"parallel_drafting, {served} drafts per round (speculative_tokens)")
     if depths and isinstance(served, int) and served > depths:
@@ -148,7 +151,7 @@ def _check_parallel(rep: Report, cfg: dict, depths: int | None) -> bool:
 
 def _check_mask_id(rep: Report, cfg: dict, trained: int | None) -> None:
     key, served = vllm_reads_mask(cfg)
-    vocab = (cfg.get("transformer_layer_config") or cfg).get("vocab_size")
+    vocab = (layer_config(cfg)).get("vocab_size")
     want = trained if trained is not None else "M"
     if key is None:
         rep.add("mask token", False, "no mask token id: vLLM 0.32.0 refuses to start with parallel drafting (\"the "

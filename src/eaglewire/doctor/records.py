@@ -155,3 +155,9 @@ def recorded_gate(ckpt: Path) -> tuple[float | None, Path | None]:
         raise EaglewireError(f"{rec}: field p_min = {str(p)[:40]}: expected llama.cpp's --spec-draft-p-min, a number "
                              "in [0, 1) (rerun `eaglewire serve`, or pass doctor live --p-min)")
     return float(p), rec
+
+
+def layer_config(cfg: dict) -> dict:
+    """speculators' nested layer config, or the top level (a malformed nested one reads as absent, never a traceback)."""
+    inner = cfg.get("transformer_layer_config")
+    return inner if isinstance(inner, dict) and inner else cfg

@@ -195,8 +195,13 @@ def startup_refusal(python: Path, target_dir: Path, arch: str) -> str | None:
     if arch in NEEDS_TORCHVISION and not has_module(python, "torchvision"):
         return (f"vLLM at {python} cannot run {arch}: its model file imports torchvision, which that venv lacks "
                 "(vLLM's CPU build ships none); capture in process, or use a vLLM with torchvision")
-    scoring = _config_field(target_dir, "scoring_func") if arch in CPU_SOFTMAX_ROUTER else "softmax"
-    if scoring != "softmax" and is_cpu_build(python) and vllm_version(python) == VLLM_VERSION:
+    if arch not in CPU_SOFTMAX_ROUTER or not (is_cpu_build(python) and vllm_version(python) == VLLM_VERSION):
+        return None
+    scoring = _config_field(target_dir, "scoring_func")
+    if scoring is None:  # seen: "'MiniMaxM2Config' object has no attribute 'scoring_func'" at startup
+        return (f"{target_dir}/config.json: no scoring_func, which vLLM {VLLM_VERSION}'s model file of {arch} reads at "
+                "startup (and dies without); copy the published config.json")
+    if scoring != "softmax":
         return (f"{target_dir}: vLLM {VLLM_VERSION}'s CPU build routes the MoE of {arch} by softmax only ('assert "
                 f"self.scoring_func == \"softmax\"' on the first request), and its config says scoring_func "
                 f"{scoring!r}; capture in process, or use vLLM on a GPU")
@@ -204,7 +209,7 @@ def startup_refusal(python: Path, target_dir: Path, arch: str) -> str | None:
 
 
 def _config_field(target_dir: Path, name: str):
-    """A top-level field of the target's config.json (None when absent or unreadable: the engine then decides)."""
+    """A top-level field of the target's config.json (None when absent or unreadable)."""
     try:
         return json.loads((Path(target_dir) / "config.json").read_text()).get(name)
     except (OSError, ValueError):
